@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# THE test command: installs what a fresh Debian needs (only when missing), builds the whole workspace
+# and runs every test (unit + e2e). Optional SLUICE_TEST_FILTER=<name> is passed to `cargo test`;
+# extra arguments are passed to `cargo test` as well (e.g. `scripts/test.sh -- --nocapture`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RUST_BACKTRACE=1
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+SUDO=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+
+have_pg_server() {
+    local d
+    if command -v pg_config >/dev/null 2>&1; then
+        d=$(pg_config --bindir 2>/dev/null || true)
+        [ -n "$d" ] && [ -x "$d/initdb" ] && return 0
+    fi
+    for d in /usr/lib/postgresql/*/bin; do
+        [ -x "$d/initdb" ] && return 0
+    done
+    return 1
+}
+
+missing=()
+{ have_pg_server && command -v pgbench >/dev/null && command -v psql >/dev/null; } || missing+=(postgresql)
+{ command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ]; } || missing+=(pgbouncer)
+{ command -v cc >/dev/null && command -v make >/dev/null; } || missing+=(build-essential)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+command -v curl >/dev/null || missing+=(curl)
+[ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+
+if [ ${#missing[@]} -gt 0 ]; then
+    if command -v apt-get >/dev/null 2>&1; then
+        log "installing: ${missing[*]}"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        log "WARNING: missing ${missing[*]} and no apt-get; continuing anyway"
+    fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    log "installing Rust via rustup"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    . "$HOME/.cargo/env"
+fi
+
+log "cargo build --workspace --all-targets"
+cargo build --workspace --all-targets
+
+log "cargo test --workspace${SLUICE_TEST_FILTER:+ $SLUICE_TEST_FILTER}"
+cargo test --workspace --no-fail-fast ${SLUICE_TEST_FILTER:+"$SLUICE_TEST_FILTER"} "$@"

@@ -1,0 +1,15 @@
+//! End-to-end test harness for Sluice: a private PostgreSQL cluster, the real `sluice` binary and a raw
+//! protocol client. See docs/specs/harness-api.md for the contract.
+
+mod cluster;
+mod ports;
+mod raw;
+mod runners;
+mod sluice_proc;
+mod util;
+
+pub use cluster::PgCluster;
+pub use ports::free_port;
+pub use raw::{error_fields, RawConn};
+pub use runners::{pgbench, psql_cmd};
+pub use sluice_proc::{Sluice, SluiceBuilder};
