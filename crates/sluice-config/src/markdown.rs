@@ -1,0 +1,77 @@
+//! Renders the settings tables as Markdown, so the configuration docs come from the same table as the code.
+
+use crate::settings::{PGBOUNCER_SETTINGS, SLUICE_SETTINGS};
+use crate::settings_macro::SettingDef;
+
+/// The reference of every `[pgbouncer]` and `[sluice]` key: default, reloadable, supported, description.
+pub fn settings_markdown() -> String {
+    let mut out = String::new();
+    out.push_str("# Sluice configuration reference\n\n");
+    out.push_str(
+        "Generated from the settings table in `crates/sluice-config`. Sluice reads `pgbouncer.ini` \
+         unchanged; keys marked unsupported are accepted, and a warning is logged when one is set \
+         to a non-default value. Times are in seconds (fractions allowed) unless the description \
+         says otherwise; booleans are 0/1.\n\n",
+    );
+    section(&mut out, "[pgbouncer]", PGBOUNCER_SETTINGS);
+    section(&mut out, "[sluice]", SLUICE_SETTINGS);
+    out
+}
+
+fn section(out: &mut String, title: &str, defs: &[SettingDef]) {
+    out.push_str(&format!("## {title}\n\n"));
+    out.push_str("| Key | Default | Reloadable | Supported | Description |\n");
+    out.push_str("|---|---|---|---|---|\n");
+    for d in defs {
+        let default = if d.default.is_empty() {
+            "(empty)".to_string()
+        } else {
+            format!("`{}`", cell(d.default))
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            d.name,
+            default,
+            yes_no(d.reloadable),
+            yes_no(d.supported),
+            cell(d.doc)
+        ));
+    }
+    out.push('\n');
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// Escape what would break a table cell.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_every_key() {
+        let md = settings_markdown();
+        for d in PGBOUNCER_SETTINGS.iter().chain(SLUICE_SETTINGS) {
+            assert!(
+                md.contains(&format!("| `{}` |", d.name)),
+                "{} missing",
+                d.name
+            );
+        }
+        let rows = md.lines().filter(|l| l.starts_with("| `")).count();
+        assert_eq!(rows, PGBOUNCER_SETTINGS.len() + SLUICE_SETTINGS.len());
+        assert!(md.contains("| `listen_port` | `6432` | no | yes |"));
+        assert!(md.contains("| `server_check_query` | `&lt;empty&gt;` | yes | yes |"));
+    }
+}
