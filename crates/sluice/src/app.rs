@@ -1,0 +1,144 @@
+//! The shared state of one pooler instance, passed to every task (no globals): config snapshot,
+//! credentials, pools, cancel keys, lifecycle. Reload lives here because it touches all of them.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use rand::RngCore;
+use sluice_config::{Config, ConfigError};
+
+use crate::cancel::CancelRegistry;
+use crate::credentials::Credentials;
+use crate::lifecycle::Lifecycle;
+use crate::pool::connector::Connector;
+use crate::pool::registry::PoolRegistry;
+use crate::pool::resolve;
+use crate::server::params::TrackedSet;
+
+pub struct App {
+    pub config_path: PathBuf,
+    pub config: ArcSwap<Config>,
+    pub credentials: Credentials,
+    pub pools: PoolRegistry,
+    pub cancels: Arc<CancelRegistry>,
+    pub lifecycle: Lifecycle,
+    /// track_extra_parameters is not reloadable, so the tracked set is fixed at start.
+    pub tracked: TrackedSet,
+    /// Connected clients (all phases), for max_client_conn and WAIT_FOR_CLIENTS.
+    pub clients: AtomicUsize,
+    next_client_id: AtomicU64,
+    /// Key for deterministic mock SCRAM salts of unknown users.
+    pub mock_key: [u8; 32],
+    warned_unsupported: Mutex<HashSet<String>>,
+}
+
+impl App {
+    pub fn new(
+        config_path: PathBuf,
+        config: Config,
+        connector: Arc<dyn Connector>,
+    ) -> Result<Arc<Self>, ConfigError> {
+        let credentials = Credentials::empty();
+        credentials.load(config.settings.auth_file.as_deref())?;
+        let mut mock_key = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut mock_key);
+        let app = Arc::new(App {
+            config_path,
+            tracked: TrackedSet::new(&config.settings.track_extra_parameters),
+            config: ArcSwap::from_pointee(config),
+            credentials,
+            pools: PoolRegistry::new(connector),
+            cancels: Arc::new(CancelRegistry::default()),
+            lifecycle: Lifecycle::default(),
+            clients: AtomicUsize::new(0),
+            next_client_id: AtomicU64::new(1),
+            mock_key,
+            warned_unsupported: Mutex::new(HashSet::new()),
+        });
+        app.warn_unsupported();
+        Ok(app)
+    }
+
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    pub fn next_client_id(&self) -> u64 {
+        self.next_client_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Log once per key that a setting is accepted but not implemented yet.
+    fn warn_unsupported(&self) {
+        let cfg = self.config();
+        let mut seen = self.warned_unsupported.lock();
+        for (key, place) in &cfg.unsupported {
+            if seen.insert(key.clone()) {
+                tracing::warn!("{place}: {key} is not supported by Sluice yet and is ignored");
+            }
+        }
+    }
+
+    /// RELOAD / SIGHUP: re-read the config and auth file; on error keep the old ones. Pools get new
+    /// settings; databases whose login changed get their servers replaced; removed ones are closed.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        let new = sluice_config::load(&self.config_path)?;
+        self.credentials.load(new.settings.auth_file.as_deref())?;
+        let old = self.config();
+        let diff = sluice_config::diff(&old, &new);
+        for key in &diff.ignored_nonreloadable {
+            tracing::warn!(
+                "reload: {key} cannot be changed without a restart; keeping the old value"
+            );
+        }
+        let mut new = new;
+        // Non-reloadable settings keep their running values.
+        for key in &diff.ignored_nonreloadable {
+            if let Some(v) = old.settings.get(key) {
+                let _ = new.settings.set(key, &v);
+            }
+        }
+        self.config.store(Arc::new(new));
+        self.warn_unsupported();
+        self.refresh_pools();
+        tracing::info!(
+            "RELOAD: configuration reloaded from {}",
+            self.config_path.display()
+        );
+        Ok(())
+    }
+
+    /// Recompute every pool's settings from the current config.
+    pub fn refresh_pools(&self) {
+        let cfg = self.config();
+        for pool in self.pools.all() {
+            let Some(db) = resolve::find_database(&cfg, &pool.key.database) else {
+                tracing::info!("{}: database removed from config", pool.key);
+                pool.mark_removed();
+                continue;
+            };
+            let old = pool.settings();
+            let secret = self.credentials.lookup(&pool.key.user);
+            let target = resolve::server_target(&cfg, &db, &pool.key.user, secret);
+            let generation = if target.same_login(&old.target) {
+                old.generation
+            } else {
+                tracing::info!(
+                    "{}: connection settings changed, servers will be replaced",
+                    pool.key
+                );
+                self.pools.next_generation()
+            };
+            pool.update_settings(resolve::pool_settings(
+                &cfg,
+                &db,
+                &pool.key.user,
+                target,
+                generation,
+            ));
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Cancel keys: every client gets its own random key; a CancelRequest carrying it is forwarded,
+//! with the real key, to the server the client is linked to at that moment.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use rand::RngCore;
+use sluice_protocol::{encode_cancel_request, CancelKey};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UnixStream};
+
+use crate::server::ServerAddr;
+
+type Target = (ServerAddr, CancelKey);
+
+/// Where a client's cancel goes right now (None while it is not linked to a server).
+#[derive(Debug, Default)]
+pub struct CancelSlot {
+    target: Mutex<Option<Target>>,
+}
+
+impl CancelSlot {
+    pub fn link(&self, addr: &ServerAddr, key: CancelKey) {
+        *self.target.lock() = Some((addr.clone(), key));
+    }
+
+    pub fn unlink(&self) {
+        *self.target.lock() = None;
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct CancelRegistry {
+    clients: Mutex<HashMap<CancelKey, Arc<CancelSlot>>>,
+}
+
+impl CancelRegistry {
+    /// A new unique key for a client. The key is unregistered when the handle drops.
+    pub fn register(self: &Arc<Self>) -> CancelHandle {
+        let slot = Arc::new(CancelSlot::default());
+        let mut map = self.clients.lock();
+        let key = loop {
+            let mut b = [0u8; 8];
+            rand::thread_rng().fill_bytes(&mut b);
+            b[0] &= 0x7f; // positive "pid", as PostgreSQL clients expect
+            let k = CancelKey::from_bytes(b);
+            if !map.contains_key(&k) {
+                break k;
+            }
+        };
+        map.insert(key, slot.clone());
+        CancelHandle {
+            key,
+            slot,
+            registry: self.clone(),
+        }
+    }
+
+    pub fn lookup(&self, key: &CancelKey) -> Option<Target> {
+        let slot = self.clients.lock().get(key).cloned()?;
+        let t = slot.target.lock().clone();
+        t
+    }
+
+    pub fn len(&self) -> usize {
+        self.clients.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A client's registration; unregisters on drop.
+#[derive(Debug)]
+pub struct CancelHandle {
+    pub key: CancelKey,
+    pub slot: Arc<CancelSlot>,
+    registry: Arc<CancelRegistry>,
+}
+
+impl Drop for CancelHandle {
+    fn drop(&mut self) {
+        self.registry.clients.lock().remove(&self.key);
+    }
+}
+
+/// Send a CancelRequest with the server's own key on a new connection, within `limit`.
+pub async fn forward(
+    addr: ServerAddr,
+    key: CancelKey,
+    limit: Option<Duration>,
+) -> std::io::Result<()> {
+    let work = async {
+        let mut pkt = BytesMut::with_capacity(16);
+        encode_cancel_request(key, &mut pkt);
+        match &addr {
+            ServerAddr::Tcp { host, port } => {
+                let mut s = TcpStream::connect((host.as_str(), *port)).await?;
+                s.write_all(&pkt).await?;
+                s.shutdown().await
+            }
+            ServerAddr::Unix { path } => {
+                let mut s = UnixStream::connect(path).await?;
+                s.write_all(&pkt).await?;
+                s.shutdown().await
+            }
+        }
+    };
+    match limit {
+        Some(l) => tokio::time::timeout(l, work).await.unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "cancel_wait_timeout",
+            ))
+        }),
+        None => work.await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_lookup_unregister() {
+        let reg = Arc::new(CancelRegistry::default());
+        let h = reg.register();
+        assert_eq!(h.key.to_bytes()[0] & 0x80, 0);
+        assert_eq!(reg.lookup(&h.key), None, "not linked yet");
+        let addr = ServerAddr::Tcp {
+            host: "127.0.0.1".into(),
+            port: 5432,
+        };
+        let server_key = CancelKey { pid: 42, secret: 7 };
+        h.slot.link(&addr, server_key);
+        assert_eq!(reg.lookup(&h.key), Some((addr, server_key)));
+        h.slot.unlink();
+        assert_eq!(reg.lookup(&h.key), None);
+        let key = h.key;
+        drop(h);
+        assert!(reg.is_empty());
+        assert_eq!(reg.lookup(&key), None);
+    }
+}

@@ -1,0 +1,185 @@
+//! After the startup packet: find the database, authenticate, join the pool, and send the welcome
+//! (ParameterStatus set, BackendKeyData with the client's own cancel key, ReadyForQuery).
+
+use std::sync::Arc;
+
+use sluice_config::AuthType;
+use sluice_protocol::{
+    encode_backend_key_data, encode_parameter_status, encode_ready_for_query, TransactionStatus,
+};
+
+use super::auth::authenticate;
+use super::startup::StartupInfo;
+use super::{ClientConn, EndReason};
+use crate::app::App;
+use crate::cancel::CancelHandle;
+use crate::error::{sqlstate, ClientNotice};
+use crate::pool::{resolve, Pool, PoolKey};
+use crate::server::params::ParamMap;
+use crate::stats::PoolStats;
+
+/// A logged-in client's place: its pool, its expected parameters, its cancel key.
+pub struct Session {
+    pub pool: Arc<Pool>,
+    pub params: ParamMap,
+    pub cancel: CancelHandle,
+    /// Leaves the pool's client count on drop.
+    _member: PoolMember,
+}
+
+struct PoolMember(Arc<Pool>);
+
+impl Drop for PoolMember {
+    fn drop(&mut self) {
+        self.0.client_left();
+    }
+}
+
+pub async fn login(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    info: StartupInfo,
+) -> Result<Session, EndReason> {
+    let cfg = app.config();
+    let db = resolve::find_database(&cfg, &info.database);
+    // Authenticate before revealing whether the database exists.
+    let auth = authenticate(app, client, &info.user).await?;
+    let Some(db) = db else {
+        return Err(EndReason::Error(ClientNotice::new(
+            sqlstate::INVALID_DATABASE,
+            format!("no such database: {}", info.database),
+        )));
+    };
+    if cfg.settings.auth_type == AuthType::Any && db.user.is_none() {
+        return Err(EndReason::Error(ClientNotice::new(
+            sqlstate::CONFIG_ERROR,
+            "bouncer config error: auth_type=any needs a forced user in every [databases] entry",
+        )));
+    }
+    let login_user = db.user.clone().unwrap_or_else(|| info.user.clone());
+    let server_secret = if db.user.is_some() {
+        app.credentials.lookup(&login_user)
+    } else {
+        auth.secret.clone()
+    };
+    let key = PoolKey {
+        database: info.database.clone(),
+        user: login_user.clone(),
+    };
+    let pool = app.pools.get_or_create(&key, || {
+        let target = resolve::server_target(&cfg, &db, &login_user, server_secret.clone());
+        resolve::pool_settings(
+            &cfg,
+            &db,
+            &login_user,
+            target,
+            app.pools.current_generation(),
+        )
+    });
+    if let Some(keys) = auth.scram_keys.clone().filter(|_| db.user.is_none()) {
+        pool.set_scram_keys(keys);
+    }
+    check_client_limits(app, &pool, &db)?;
+    pool.client_joined();
+    let member = PoolMember(pool.clone());
+    PoolStats::add(&pool.stats.client_logins, 1);
+
+    let welcome = match pool.welcome() {
+        Some(w) => w,
+        None => {
+            // A new pool: the first server login provides the parameters every client is greeted with.
+            let server = pool
+                .checkout()
+                .await
+                .map_err(|e| EndReason::Error(e.client_notice()))?;
+            let params = Arc::new(server.params.clone());
+            pool.release(server, true);
+            params
+        }
+    };
+    let mut params = info.params;
+    if cfg.settings.application_name_add_host {
+        let base = params
+            .get("application_name")
+            .filter(|a| !a.is_empty())
+            .unwrap_or("app")
+            .to_string();
+        params.set("application_name", &format!("{base} - {}", client.peer));
+    }
+    for (k, v) in welcome.iter() {
+        if let Some(name) = app.tracked.canonical(k) {
+            if params.get(name).is_none() {
+                params.set(name, v);
+            }
+        }
+    }
+    for (k, v) in welcome.iter() {
+        let value = params.get(k).unwrap_or(v);
+        encode_parameter_status(k, value, &mut client.wbuf);
+    }
+    for (k, v) in params.iter() {
+        if welcome.get(k).is_none() {
+            encode_parameter_status(k, v, &mut client.wbuf);
+        }
+    }
+    let cancel = app.cancels.register();
+    encode_backend_key_data(cancel.key, &mut client.wbuf);
+    encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
+    client.flush().await.map_err(|_| EndReason::ClientClosed)?;
+    if cfg.settings.log_connections {
+        tracing::info!(
+            "C-{}: {} login attempt: db={} user={}",
+            client.id,
+            client.label,
+            info.database,
+            info.user
+        );
+    }
+    Ok(Session {
+        pool,
+        params,
+        cancel,
+        _member: member,
+    })
+}
+
+fn check_client_limits(
+    app: &Arc<App>,
+    pool: &Arc<Pool>,
+    db: &sluice_config::DatabaseEntry,
+) -> Result<(), EndReason> {
+    let cfg = app.config();
+    let db_limit = db
+        .max_db_client_connections
+        .unwrap_or(cfg.settings.max_db_client_connections) as usize;
+    let user_limit = cfg
+        .user(&pool.key.user)
+        .and_then(|u| u.max_user_client_connections)
+        .unwrap_or(cfg.settings.max_user_client_connections) as usize;
+    if db_limit == 0 && user_limit == 0 {
+        return Ok(());
+    }
+    let (mut db_clients, mut user_clients) = (0, 0);
+    for p in app.pools.all() {
+        let n = p.counts().clients;
+        if p.key.database == pool.key.database {
+            db_clients += n;
+        }
+        if p.key.user == pool.key.user {
+            user_clients += n;
+        }
+    }
+    if db_limit != 0 && db_clients >= db_limit {
+        return Err(EndReason::Error(ClientNotice::new(
+            sqlstate::TOO_MANY_CONNECTIONS,
+            "no more connections allowed (max_db_client_connections)",
+        )));
+    }
+    if user_limit != 0 && user_clients >= user_limit {
+        return Err(EndReason::Error(ClientNotice::new(
+            sqlstate::TOO_MANY_CONNECTIONS,
+            "no more connections allowed (max_user_client_connections)",
+        )));
+    }
+    Ok(())
+}

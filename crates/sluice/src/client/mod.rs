@@ -1,0 +1,176 @@
+//! A client connection from accept to disconnect: startup, authentication, login to a pool, then
+//! the session loop. One file per phase; this file wires them and owns the disconnect logging.
+
+pub mod auth;
+pub mod login;
+pub mod session;
+pub mod startup;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use sluice_protocol::{encode_error, encode_error_fields, Severity};
+use tokio::io::AsyncWriteExt;
+
+use crate::app::App;
+use crate::error::ClientNotice;
+use crate::net::{PeerAddr, Stream};
+
+/// The client's socket and buffers.
+pub struct ClientConn {
+    pub id: u64,
+    pub stream: Stream,
+    /// Bytes read from the client and not yet forwarded or handled.
+    pub rbuf: BytesMut,
+    /// Messages the pooler composes for the client.
+    pub wbuf: BytesMut,
+    pub peer: PeerAddr,
+    /// "db/user@addr" once known, for log lines.
+    pub label: String,
+}
+
+impl ClientConn {
+    pub fn new(id: u64, stream: Stream, peer: PeerAddr) -> Self {
+        let label = format!("@{peer}");
+        ClientConn {
+            id,
+            stream,
+            rbuf: BytesMut::with_capacity(1024),
+            wbuf: BytesMut::with_capacity(512),
+            peer,
+            label,
+        }
+    }
+
+    /// Write whatever was composed in `wbuf`.
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.wbuf.is_empty() {
+            self.stream.write_all(&self.wbuf).await?;
+            self.wbuf.clear();
+        }
+        Ok(())
+    }
+
+    /// Send a FATAL error (best effort, bounded in time) before closing.
+    pub async fn send_fatal(&mut self, notice: &ClientNotice) {
+        match &notice.forwarded {
+            Some(fields) => encode_error_fields(b'E', fields, &mut self.wbuf),
+            None => encode_error(
+                Severity::Fatal,
+                &notice.sqlstate,
+                &notice.message,
+                notice.detail.as_deref(),
+                notice.hint.as_deref(),
+                &mut self.wbuf,
+            ),
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.flush()).await;
+    }
+}
+
+/// How a client session ended, for the disconnect log line.
+#[derive(Debug)]
+pub enum EndReason {
+    ClientClosed,
+    LoginTimeout,
+    Error(ClientNotice),
+    Shutdown,
+}
+
+/// Counts a connected client while it lives.
+pub struct ClientGuard {
+    app: Arc<App>,
+}
+
+impl ClientGuard {
+    pub fn new(app: &Arc<App>) -> (Self, usize) {
+        let n = app.clients.fetch_add(1, Ordering::AcqRel) + 1;
+        (ClientGuard { app: app.clone() }, n)
+    }
+}
+
+impl Drop for ClientGuard {
+    fn drop(&mut self) {
+        self.app.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Serve one accepted connection to completion.
+pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
+    let (_guard, count) = ClientGuard::new(&app);
+    let mut client = ClientConn::new(app.next_client_id(), stream, peer);
+    let reason = run(&app, &mut client, count).await;
+    let cfg = app.config();
+    match &reason {
+        EndReason::Error(n) => {
+            if cfg.settings.log_pooler_errors {
+                tracing::warn!(
+                    "C-{}: {} pooler error: {}",
+                    client.id,
+                    client.label,
+                    n.message
+                );
+            }
+            client.send_fatal(n).await;
+        }
+        EndReason::LoginTimeout => {
+            client
+                .send_fatal(&ClientNotice::new(
+                    crate::error::sqlstate::PROTOCOL_VIOLATION,
+                    "client_login_timeout",
+                ))
+                .await;
+        }
+        EndReason::Shutdown => {
+            client
+                .send_fatal(&ClientNotice::new(
+                    crate::error::sqlstate::ADMIN_SHUTDOWN,
+                    "server shutting down",
+                ))
+                .await;
+        }
+        EndReason::ClientClosed => {}
+    }
+    if cfg.settings.log_disconnections {
+        let why = match &reason {
+            EndReason::ClientClosed => "client close request".to_string(),
+            EndReason::LoginTimeout => "client_login_timeout".to_string(),
+            EndReason::Error(n) => n.message.clone(),
+            EndReason::Shutdown => "server shutting down".to_string(),
+        };
+        tracing::info!("C-{}: {} closing because: {}", client.id, client.label, why);
+    }
+    let _ = client.stream.shutdown().await;
+}
+
+async fn run(app: &Arc<App>, client: &mut ClientConn, count: usize) -> EndReason {
+    let cfg = app.config();
+    let login_timeout = cfg.settings.client_login_timeout.as_duration();
+    let login = async {
+        let info = match startup::read_startup(app, client).await {
+            Ok(startup::Startup::Login(info)) => info,
+            Ok(startup::Startup::Done) => return Err(EndReason::ClientClosed),
+            Err(e) => return Err(e),
+        };
+        if count > cfg.settings.max_client_conn as usize && cfg.settings.max_client_conn != 0 {
+            return Err(EndReason::Error(ClientNotice::new(
+                crate::error::sqlstate::TOO_MANY_CONNECTIONS,
+                "no more connections allowed (max_client_conn)",
+            )));
+        }
+        login::login(app, client, info).await
+    };
+    let session = match login_timeout {
+        Some(t) => match tokio::time::timeout(t, login).await {
+            Ok(r) => r,
+            Err(_) => return EndReason::LoginTimeout,
+        },
+        None => login.await,
+    };
+    match session {
+        Ok(s) => session::run(app, client, s).await,
+        Err(reason) => reason,
+    }
+}

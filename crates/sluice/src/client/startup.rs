@@ -1,0 +1,197 @@
+//! Startup phase: SSLRequest / GSSENCRequest answered 'N', CancelRequest forwarded, StartupMessage
+//! validated into user, database and tracked parameters (PgBouncer's rules for unknown parameters).
+
+use std::sync::Arc;
+
+use sluice_protocol::{decode_startup, encode_negotiate_protocol_version, StartupPacket};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{ClientConn, EndReason};
+use crate::app::App;
+use crate::cancel;
+use crate::error::{sqlstate, ClientNotice};
+use crate::server::params::ParamMap;
+
+/// Longest user name and database name accepted (PgBouncer's limits).
+const MAX_USER_LEN: usize = 127;
+const MAX_DBNAME_LEN: usize = 63;
+
+/// What the client asked for.
+#[derive(Debug, Clone)]
+pub struct StartupInfo {
+    pub user: String,
+    pub database: String,
+    /// Tracked parameters from the startup packet and `options -c`.
+    pub params: ParamMap,
+}
+
+pub enum Startup {
+    Login(StartupInfo),
+    /// The connection was a cancel request (handled) or closed before a startup packet.
+    Done,
+}
+
+fn protocol_error(msg: impl Into<String>) -> EndReason {
+    EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, msg))
+}
+
+pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Startup, EndReason> {
+    loop {
+        let packet = loop {
+            match decode_startup(&client.rbuf) {
+                Ok(Some((p, used))) => {
+                    let _ = client.rbuf.split_to(used);
+                    break p;
+                }
+                Ok(None) => {
+                    client.rbuf.reserve(512);
+                    match client.stream.read_buf(&mut client.rbuf).await {
+                        Ok(0) | Err(_) => {
+                            return if client.rbuf.is_empty() {
+                                Ok(Startup::Done)
+                            } else {
+                                Err(protocol_error("bad startup packet: truncated"))
+                            }
+                        }
+                        Ok(_) => {}
+                    }
+                }
+                Err(e) => return Err(protocol_error(format!("bad startup packet: {e}"))),
+            }
+        };
+        match packet {
+            StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
+                if !client.rbuf.is_empty() {
+                    // Bytes pipelined after an encryption request would be read as plaintext.
+                    return Err(protocol_error("unexpected data after SSLRequest"));
+                }
+                client
+                    .stream
+                    .write_all(b"N")
+                    .await
+                    .map_err(|_| EndReason::ClientClosed)?;
+            }
+            StartupPacket::Cancel(key) => {
+                handle_cancel(app, key);
+                return Ok(Startup::Done);
+            }
+            StartupPacket::Startup { minor, params } => {
+                return validate(app, client, minor, params)
+                    .await
+                    .map(Startup::Login);
+            }
+        }
+    }
+}
+
+fn handle_cancel(app: &Arc<App>, key: sluice_protocol::CancelKey) {
+    let Some((addr, server_key)) = app.cancels.lookup(&key) else {
+        tracing::debug!("cancel request with unknown key ignored");
+        return;
+    };
+    let limit = app.config().settings.cancel_wait_timeout.as_duration();
+    tokio::spawn(async move {
+        if let Err(e) = cancel::forward(addr.clone(), server_key, limit).await {
+            tracing::warn!("cancel request to {addr} failed: {e}");
+        }
+    });
+}
+
+async fn validate(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    minor: u16,
+    params: Vec<(String, String)>,
+) -> Result<StartupInfo, EndReason> {
+    let cfg = app.config();
+    let ignore = &cfg.settings.ignore_startup_parameters;
+    let ignored = |name: &str| ignore.iter().any(|i| i.eq_ignore_ascii_case(name));
+    let mut user = None;
+    let mut database = None;
+    let mut tracked = ParamMap::new();
+    let mut negotiate: Vec<String> = Vec::new();
+    for (k, v) in params {
+        match k.as_str() {
+            "user" => user = Some(v),
+            "database" => database = Some(v),
+            "replication" => {
+                return Err(EndReason::Error(ClientNotice::new(
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    "replication connections are not supported by Sluice yet",
+                )))
+            }
+            "options" => parse_options(app, &v, &mut tracked, ignored("options"))?,
+            _ if k.starts_with("_pq_.") => negotiate.push(k),
+            _ => {
+                if let Some(name) = app.tracked.canonical(&k) {
+                    tracked.set(name, &v);
+                } else if !ignored(&k) {
+                    return Err(protocol_error(format!(
+                        "unsupported startup parameter: {k}"
+                    )));
+                }
+            }
+        }
+    }
+    let user = user
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| protocol_error("no username supplied"))?;
+    if user.len() > MAX_USER_LEN {
+        return Err(protocol_error("username too long"));
+    }
+    let database = database
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| user.clone());
+    if database.len() > MAX_DBNAME_LEN {
+        return Err(protocol_error("database name too long"));
+    }
+    if minor > 0 || !negotiate.is_empty() {
+        let names: Vec<&str> = negotiate.iter().map(String::as_str).collect();
+        encode_negotiate_protocol_version(0, &names, &mut client.wbuf);
+    }
+    client.label = format!("{database}/{user}@{}", client.peer);
+    Ok(StartupInfo {
+        user,
+        database,
+        params: tracked,
+    })
+}
+
+/// `options`: only `-c name=value` and `--name=value` of tracked parameters are honoured; others fail
+/// unless `options` is in ignore_startup_parameters.
+fn parse_options(
+    app: &Arc<App>,
+    options: &str,
+    tracked: &mut ParamMap,
+    ignore_unknown: bool,
+) -> Result<(), EndReason> {
+    let mut words = options.split_ascii_whitespace();
+    while let Some(w) = words.next() {
+        let setting = if w == "-c" {
+            words.next()
+        } else if let Some(rest) = w.strip_prefix("-c") {
+            Some(rest)
+        } else {
+            w.strip_prefix("--")
+        };
+        let parsed = setting.and_then(|s| s.split_once('='));
+        match parsed {
+            Some((k, v)) => {
+                if let Some(name) = app.tracked.canonical(k) {
+                    tracked.set(name, v);
+                } else if !ignore_unknown {
+                    return Err(protocol_error(format!(
+                        "unsupported options startup parameter: parameter {k}"
+                    )));
+                }
+            }
+            None if ignore_unknown => {}
+            None => {
+                return Err(protocol_error(format!(
+                    "unsupported options startup parameter: {w}"
+                )))
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,98 @@
+//! User secrets from auth_file (userlist.txt), reloaded when the file changes, plus a cache of
+//! SCRAM secrets derived from plaintext passwords so reconnect storms do not redo PBKDF2.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use rand::RngCore;
+use sluice_config::{load_userlist, ConfigError};
+use sluice_protocol::{ScramSecret, StoredSecret};
+
+/// Iterations for SCRAM secrets Sluice derives itself (PgBouncer's scram_iterations default).
+pub const ADHOC_SCRAM_ITERATIONS: u32 = 4096;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    path: String,
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+pub struct Credentials {
+    users: ArcSwap<HashMap<String, StoredSecret>>,
+    stamp: Mutex<Option<FileStamp>>,
+    adhoc: Mutex<HashMap<String, (String, ScramSecret)>>,
+}
+
+impl Credentials {
+    pub fn empty() -> Self {
+        Credentials {
+            users: ArcSwap::from_pointee(HashMap::new()),
+            stamp: Mutex::new(None),
+            adhoc: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Load (or reload) the auth file. The file is re-read only when its path, size or mtime changed.
+    /// Returns true when new contents were installed.
+    pub fn load(&self, path: Option<&str>) -> Result<bool, ConfigError> {
+        let Some(path) = path.filter(|p| !p.is_empty()) else {
+            *self.stamp.lock() = None;
+            self.users.store(Arc::new(HashMap::new()));
+            return Ok(true);
+        };
+        let meta = std::fs::metadata(path).map_err(|e| ConfigError::Io {
+            file: path.to_string(),
+            reason: e.to_string(),
+        })?;
+        let stamp = FileStamp {
+            path: path.to_string(),
+            modified: meta.modified().ok(),
+            len: meta.len(),
+        };
+        if self.stamp.lock().as_ref() == Some(&stamp) {
+            return Ok(false);
+        }
+        let entries = load_userlist(Path::new(path))?;
+        let map: HashMap<String, StoredSecret> = entries
+            .into_iter()
+            .map(|(u, s)| (u, StoredSecret::parse(&s)))
+            .collect();
+        self.users.store(Arc::new(map));
+        self.adhoc.lock().clear();
+        *self.stamp.lock() = Some(stamp);
+        Ok(true)
+    }
+
+    pub fn lookup(&self, user: &str) -> Option<StoredSecret> {
+        self.users.load().get(user).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.users.load().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A SCRAM secret for a plaintext password, derived once per (user, password) with a random salt.
+    pub fn adhoc_scram(&self, user: &str, password: &str) -> ScramSecret {
+        if let Some((pw, s)) = self.adhoc.lock().get(user) {
+            if pw == password {
+                return s.clone();
+            }
+        }
+        let mut salt = [0u8; 16];
+        rand::thread_rng().fill_bytes(&mut salt);
+        let secret = ScramSecret::from_password(password, &salt, ADHOC_SCRAM_ITERATIONS);
+        self.adhoc
+            .lock()
+            .insert(user.to_string(), (password.to_string(), secret.clone()));
+        secret
+    }
+}

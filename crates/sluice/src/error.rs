@@ -1,0 +1,150 @@
+//! Typed errors per layer, each knowing what the client sees (SQLSTATE + message) and who is to blame.
+
+use std::io;
+
+use sluice_protocol::{ErrorFields, ProtocolError};
+
+/// Who caused a failure; decides the log level and whether the client is told it is their fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    Client,
+    Server,
+    Pooler,
+}
+
+/// What a client is sent before it is disconnected: an ErrorResponse with severity FATAL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientNotice {
+    pub sqlstate: String,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+    /// A server's own error, forwarded with all its fields.
+    pub forwarded: Option<ErrorFields>,
+}
+
+impl ClientNotice {
+    pub fn new(sqlstate: &str, message: impl Into<String>) -> Self {
+        ClientNotice {
+            sqlstate: sqlstate.to_string(),
+            message: message.into(),
+            detail: None,
+            hint: None,
+            forwarded: None,
+        }
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn forwarded(fields: ErrorFields) -> Self {
+        ClientNotice {
+            sqlstate: fields.code.clone(),
+            message: fields.message.clone(),
+            detail: fields.detail.clone(),
+            hint: fields.hint.clone(),
+            forwarded: Some(fields),
+        }
+    }
+}
+
+/// SQLSTATEs the pooler uses itself.
+pub mod sqlstate {
+    pub const PROTOCOL_VIOLATION: &str = "08P01";
+    pub const INVALID_PASSWORD: &str = "28P01";
+    pub const INVALID_AUTHORIZATION: &str = "28000";
+    pub const TOO_MANY_CONNECTIONS: &str = "53300";
+    pub const CONNECTION_FAILURE: &str = "08006";
+    pub const CANNOT_CONNECT_NOW: &str = "57P03";
+    pub const ADMIN_SHUTDOWN: &str = "57P01";
+    pub const QUERY_CANCELED: &str = "57014";
+    pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+    pub const INVALID_DATABASE: &str = "3D000";
+    pub const CONFIG_ERROR: &str = "F0000";
+    pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
+}
+
+/// Failures talking to a PostgreSQL server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("server connection failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("server connect timeout")]
+    ConnectTimeout,
+    #[error("server sent a bad message: {0}")]
+    Protocol(#[from] ProtocolError),
+    #[error("server login failed: {}", .0.message)]
+    Login(ErrorFields),
+    #[error("{0}")]
+    Auth(String),
+    #[error("server closed the connection unexpectedly")]
+    Closed,
+    #[error("unexpected message from server: {0}")]
+    Unexpected(String),
+    #[error("server error: {}", .0.message)]
+    Query(ErrorFields),
+}
+
+impl ServerError {
+    pub fn client_notice(&self) -> ClientNotice {
+        match self {
+            ServerError::Login(f) | ServerError::Query(f) => ClientNotice::forwarded(f.clone()),
+            ServerError::Auth(msg) => ClientNotice::new(sqlstate::INVALID_PASSWORD, msg.clone()),
+            other => ClientNotice::new(
+                sqlstate::CONNECTION_FAILURE,
+                format!("pooler error: {other}"),
+            ),
+        }
+    }
+
+    /// True when the server answered a login with an error of its own (bad password, no such role):
+    /// clients waiting for that pool get the same error instead of waiting for a retry.
+    pub fn is_login_rejection(&self) -> bool {
+        match self {
+            ServerError::Login(f) => f.code != sqlstate::CANNOT_CONNECT_NOW,
+            ServerError::Auth(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Failures getting a server for a client.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("query_wait_timeout")]
+    WaitTimeout,
+    #[error("server login has been failing, cached error: {0} (server_login_retry)")]
+    LoginFailing(String),
+    #[error("{0}")]
+    Server(#[from] ServerError),
+    #[error("server shutting down")]
+    ShuttingDown,
+    #[error("database removed")]
+    DatabaseRemoved,
+    /// The pool failed every waiting client with this (e.g. the server refused the login).
+    #[error("{}", .0.message)]
+    Rejected(ClientNotice),
+}
+
+impl PoolError {
+    pub fn client_notice(&self) -> ClientNotice {
+        match self {
+            PoolError::WaitTimeout => {
+                ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout")
+            }
+            PoolError::LoginFailing(_) => {
+                ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, self.to_string())
+            }
+            PoolError::Server(e) => e.client_notice(),
+            PoolError::ShuttingDown => {
+                ClientNotice::new(sqlstate::ADMIN_SHUTDOWN, "server shutting down")
+            }
+            PoolError::DatabaseRemoved => {
+                ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "database removed")
+            }
+            PoolError::Rejected(n) => n.clone(),
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Sluice: a multi-core PostgreSQL connection pooler that is a drop-in successor to PgBouncer.
+//! `run` drives one pooler instance; everything it needs is passed in (no globals).
+
+pub mod app;
+pub mod cancel;
+pub mod client;
+pub mod credentials;
+pub mod error;
+pub mod forward;
+pub mod lifecycle;
+pub mod listener;
+pub mod logging;
+pub mod net;
+pub mod pool;
+pub mod server;
+pub mod stats;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use app::App;
+use lifecycle::Phase;
+use listener::Listeners;
+use stats::StatsSnapshot;
+
+/// Serve until the lifecycle reaches an exit condition. Returns when the process may exit.
+pub async fn run(app: Arc<App>, listeners: Listeners) {
+    let unix_path = listeners.unix_path();
+    for l in listeners.tcp {
+        tokio::spawn(listener::accept_tcp(
+            app.clone(),
+            l,
+            app.lifecycle.subscribe(),
+        ));
+    }
+    if let Some((l, _)) = listeners.unix {
+        tokio::spawn(listener::accept_unix(
+            app.clone(),
+            l,
+            app.lifecycle.subscribe(),
+        ));
+    }
+    let janitor = tokio::spawn(janitor_loop(app.clone()));
+    let stats = tokio::spawn(stats_loop(app.clone()));
+
+    let mut phase = app.lifecycle.subscribe();
+    let mut paused = false;
+    loop {
+        let now = *phase.borrow_and_update();
+        match now {
+            Phase::Running => {}
+            Phase::Exit => break,
+            Phase::WaitForServers => {
+                if !paused {
+                    tracing::info!("got SIGINT, shutting down, waiting for servers");
+                    for p in app.pools.all() {
+                        p.set_paused(true);
+                        p.fail_waiters(|| error::PoolError::ShuttingDown);
+                    }
+                    paused = true;
+                }
+                if app.pools.all().iter().all(|p| p.counts().active == 0) {
+                    break;
+                }
+            }
+            Phase::WaitForClients => {
+                if app.clients.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                    break;
+                }
+            }
+        }
+        tokio::select! {
+            r = phase.changed() => if r.is_err() { break },
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+    janitor.abort();
+    stats.abort();
+    if let Some(p) = unix_path {
+        let _ = std::fs::remove_file(p);
+    }
+    tracing::info!("shutting down");
+}
+
+async fn janitor_loop(app: Arc<App>) {
+    let mut tick = tokio::time::interval(pool::janitor::JANITOR_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        pool::janitor::tick(&app.pools);
+    }
+}
+
+async fn stats_loop(app: Arc<App>) {
+    let mut last = total_stats(&app);
+    let mut last_at = Instant::now();
+    loop {
+        let period = app.config().settings.stats_period.max(1);
+        tokio::time::sleep(Duration::from_secs(period.into())).await;
+        let now = total_stats(&app);
+        let secs = last_at.elapsed().as_secs_f64();
+        if app.config().settings.log_stats {
+            tracing::info!("{}", stats::reporter::stats_line(&now.delta(&last), secs));
+        }
+        last = now;
+        last_at = Instant::now();
+    }
+}
+
+fn total_stats(app: &App) -> StatsSnapshot {
+    let mut total = StatsSnapshot::default();
+    for p in app.pools.all() {
+        total.accumulate(&p.stats.snapshot());
+    }
+    total
+}

@@ -1,0 +1,165 @@
+//! Listening sockets (TCP per listen_addr, the Unix socket `.s.PGSQL.<port>`) and accept loops that
+//! spawn one task per client and stop when the lifecycle says so.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sluice_config::Config;
+use socket2::{Domain, Socket, Type};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+
+use crate::app::App;
+use crate::lifecycle::Phase;
+use crate::net::socket::tune_tcp;
+use crate::net::{PeerAddr, Stream};
+use crate::pool::resolve::tcp_tuning;
+
+/// Why listening failed; the message names the address and the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("cannot listen on {addr}: {source}")]
+    Tcp { addr: String, source: io::Error },
+    #[error("cannot resolve listen_addr {0}")]
+    Resolve(String),
+    #[error("unix socket is in use, cannot continue: {0}")]
+    UnixInUse(String),
+    #[error("cannot listen on unix socket {path}: {source}")]
+    Unix { path: String, source: io::Error },
+}
+
+pub struct Listeners {
+    pub tcp: Vec<TcpListener>,
+    pub unix: Option<(UnixListener, PathBuf)>,
+}
+
+impl Listeners {
+    pub fn unix_path(&self) -> Option<PathBuf> {
+        self.unix.as_ref().map(|(_, p)| p.clone())
+    }
+}
+
+/// Bind everything the config asks for. Must run inside a tokio runtime.
+pub fn bind(cfg: &Config) -> Result<Listeners, BindError> {
+    let s = &cfg.settings;
+    let mut tcp = Vec::new();
+    if let Some(addrs) = s.listen_addr.as_deref().filter(|a| !a.trim().is_empty()) {
+        for a in addrs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            let resolved: Vec<SocketAddr> = if a == "*" {
+                vec![
+                    SocketAddr::from(([0, 0, 0, 0], s.listen_port)),
+                    SocketAddr::from(([0u16; 8], s.listen_port)),
+                ]
+            } else {
+                (a, s.listen_port)
+                    .to_socket_addrs()
+                    .map_err(|_| BindError::Resolve(a.to_string()))?
+                    .collect()
+            };
+            for (i, addr) in resolved.iter().enumerate() {
+                match bind_tcp(*addr, s.listen_backlog, s.so_reuseport) {
+                    Ok(l) => tcp.push(l),
+                    // '*' also tries IPv6; a host without IPv6 is fine with IPv4 alone.
+                    Err(_) if a == "*" && i == 1 => {}
+                    Err(e) => {
+                        return Err(BindError::Tcp {
+                            addr: addr.to_string(),
+                            source: e,
+                        })
+                    }
+                }
+            }
+        }
+    }
+    let unix = if s.unix_socket_dir.is_empty() {
+        None
+    } else {
+        Some(bind_unix(
+            &s.unix_socket_dir,
+            s.listen_port,
+            s.unix_socket_mode.0,
+        )?)
+    };
+    Ok(Listeners { tcp, unix })
+}
+
+fn bind_tcp(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<TcpListener> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    if reuseport {
+        sock.set_reuse_port(true)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(backlog.min(i32::MAX as u32) as i32)?;
+    TcpListener::from_std(sock.into())
+}
+
+fn bind_unix(dir: &str, port: u16, mode: u32) -> Result<(UnixListener, PathBuf), BindError> {
+    let path = PathBuf::from(dir).join(format!(".s.PGSQL.{port}"));
+    let shown = path.display().to_string();
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Err(BindError::UnixInUse(shown));
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    let l = UnixListener::bind(&path).map_err(|e| BindError::Unix {
+        path: shown.clone(),
+        source: e,
+    })?;
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode));
+    Ok((l, path))
+}
+
+/// Accept TCP clients until the pooler stops accepting (any phase but Running).
+pub async fn accept_tcp(app: Arc<App>, listener: TcpListener, mut phase: watch::Receiver<Phase>) {
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((sock, addr)) => {
+                    tune_tcp(&sock, &tcp_tuning(&app.config()));
+                    tokio::spawn(crate::client::serve(app.clone(), Stream::Tcp(sock), PeerAddr::Tcp(addr)));
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            r = phase.changed() => {
+                if r.is_err() || *phase.borrow() != Phase::Running {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Accept Unix-socket clients until the pooler stops accepting.
+pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch::Receiver<Phase>) {
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((sock, _)) => {
+                    let pid = sock.peer_cred().ok().and_then(|c| c.pid());
+                    tokio::spawn(crate::client::serve(app.clone(), Stream::Unix(sock), PeerAddr::Unix { pid }));
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            r = phase.changed() => {
+                if r.is_err() || *phase.borrow() != Phase::Running {
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! The `sluice` command: PgBouncer's command line, logging, the tokio runtime, and signals turned
+//! into lifecycle commands. Nothing else lives here.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{ArgAction, Parser};
+use sluice::app::App;
+use sluice::lifecycle::Phase;
+use sluice::pool::connector::PgConnector;
+use tokio::signal::unix::{signal, SignalKind};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sluice",
+    about = "Sluice: a multi-core PostgreSQL connection pooler, drop-in for PgBouncer",
+    disable_version_flag = true
+)]
+struct Cli {
+    /// Run in the background (requires pidfile in the config).
+    #[arg(short = 'd', long = "daemon")]
+    daemon: bool,
+    /// Online restart (PgBouncer's deprecated -R); not supported.
+    #[arg(short = 'R', long = "reboot")]
+    reboot: bool,
+    /// Do not log to stderr.
+    #[arg(short = 'q', long = "quiet")]
+    quiet: bool,
+    /// More logging; repeat for more.
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
+    verbose: u8,
+    /// Switch to this Unix user after binding the listeners.
+    #[arg(short = 'u', long = "user")]
+    user: Option<String>,
+    /// Print the version and exit.
+    #[arg(short = 'V', long = "version")]
+    version: bool,
+    /// pgbouncer.ini
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.version {
+        println!("Sluice {}", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let Some(path) = cli.config.clone() else {
+        eprintln!("sluice: no config file given\nUsage: sluice [-d] [-q] [-v] [-u user] [-V] [-h] config.ini");
+        return ExitCode::from(1);
+    };
+    if cli.reboot {
+        eprintln!("sluice: -R (online restart) is not supported");
+        return ExitCode::from(1);
+    }
+    let config = match sluice_config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sluice: cannot load config file: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let s = &config.settings;
+    if cli.daemon {
+        if s.pidfile.as_deref().unwrap_or("").is_empty() {
+            eprintln!("sluice: daemon mode (-d) needs pidfile in the config");
+            return ExitCode::from(1);
+        }
+        if let Err(e) = daemonize() {
+            eprintln!("sluice: cannot daemonize: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let verbose = s.verbose.max(cli.verbose.into());
+    if let Err(e) = sluice::logging::init(s.logfile.as_deref(), cli.quiet || cli.daemon, verbose) {
+        eprintln!("sluice: cannot open logfile: {e}");
+        return ExitCode::from(1);
+    }
+    let pidfile = s.pidfile.clone().filter(|p| !p.is_empty());
+    if let Some(p) = &pidfile {
+        if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+            tracing::error!("cannot write pidfile {p}: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let workers = match config.sluice.workers {
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        n => n as usize,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!("cannot start runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let user = cli
+        .user
+        .clone()
+        .or_else(|| s.user.clone())
+        .filter(|u| !u.is_empty());
+    let code = runtime.block_on(async move {
+        let listeners = match sluice::listener::bind(&config) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::from(1);
+            }
+        };
+        if let Some(u) = user {
+            if let Err(e) = switch_user(&u) {
+                tracing::error!("cannot switch to user {u}: {e}");
+                return ExitCode::from(1);
+            }
+        }
+        let app = match App::new(path, config, Arc::new(PgConnector)) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::from(1);
+            }
+        };
+        tracing::info!(
+            "Sluice {} started with {workers} worker threads",
+            env!("CARGO_PKG_VERSION")
+        );
+        tokio::spawn(handle_signals(app.clone()));
+        sluice::run(app, listeners).await;
+        ExitCode::SUCCESS
+    });
+    if let Some(p) = pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    code
+}
+
+async fn handle_signals(app: Arc<App>) {
+    let (Ok(mut hup), Ok(mut int), Ok(mut term), Ok(mut quit)) = (
+        signal(SignalKind::hangup()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::quit()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                tracing::info!("got SIGHUP, re-reading config");
+                if let Err(e) = app.reload() {
+                    tracing::error!("RELOAD failed, keeping the old configuration: {e}");
+                }
+            }
+            _ = int.recv() => { app.lifecycle.request(Phase::WaitForServers); }
+            _ = term.recv() => {
+                if app.lifecycle.request(Phase::WaitForClients) == Phase::WaitForClients {
+                    tracing::info!("got SIGTERM, shutting down, waiting for clients");
+                }
+            }
+            _ = quit.recv() => { app.lifecycle.request(Phase::Exit); }
+        }
+    }
+}
+
+fn daemonize() -> nix::Result<()> {
+    use nix::unistd::{fork, setsid, ForkResult};
+    // SAFETY: called before any thread (runtime, logging) exists, so fork is safe.
+    match unsafe { fork() }? {
+        ForkResult::Parent { .. } => std::process::exit(0),
+        ForkResult::Child => {}
+    }
+    setsid()?;
+    if let Ok(devnull) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors of this process.
+            unsafe { libc::dup2(devnull.as_raw_fd(), fd) };
+        }
+    }
+    Ok(())
+}
+
+fn switch_user(name: &str) -> Result<(), String> {
+    use nix::unistd::{setgid, setuid, User};
+    let u = User::from_name(name)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "no such user".to_string())?;
+    setgid(u.gid).map_err(|e| e.to_string())?;
+    setuid(u.uid).map_err(|e| e.to_string())?;
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! Whole-message reads for the phases that need complete messages (startup, login, pooler-run
+//! queries). The hot path does not use this: it forwards by header (see `forward`).
+
+use std::io;
+
+use bytes::{Buf, BytesMut};
+use sluice_protocol::{peek_header, ProtocolError};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Why a framed read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("{0}")]
+    Protocol(#[from] ProtocolError),
+    #[error("connection closed")]
+    Closed,
+}
+
+/// Read one tagged message (tag, body without header). Lengths above `max_len` are refused before
+/// anything is allocated for them.
+pub async fn read_message<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+    max_len: usize,
+) -> Result<(u8, BytesMut), ReadError> {
+    loop {
+        if let Some(h) = peek_header(buf, max_len)? {
+            let total = h.total_len();
+            if buf.len() >= total {
+                let mut msg = buf.split_to(total);
+                msg.advance(5);
+                return Ok((h.tag, msg));
+            }
+            buf.reserve(total - buf.len());
+        } else if buf.capacity() - buf.len() < 512 {
+            buf.reserve(4096);
+        }
+        if stream.read_buf(buf).await? == 0 {
+            return Err(ReadError::Closed);
+        }
+    }
+}
+
+/// Write a whole buffer and clear it.
+pub async fn write_all<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+) -> io::Result<()> {
+    stream.write_all(buf).await?;
+    buf.clear();
+    Ok(())
+}

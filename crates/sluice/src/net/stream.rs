@@ -1,0 +1,95 @@
+//! `Stream`: a TCP or Unix-domain socket behind one AsyncRead/AsyncWrite type.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+/// A connected socket. TLS variants are added by the TLS layer.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// Where a connection comes from (clients) or goes to (servers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerAddr {
+    Tcp(SocketAddr),
+    /// Unix socket; the peer's pid when the kernel told us.
+    Unix {
+        pid: Option<i32>,
+    },
+}
+
+impl fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerAddr::Tcp(SocketAddr::V4(a)) => write!(f, "{}:{}", a.ip(), a.port()),
+            PeerAddr::Tcp(SocketAddr::V6(a)) => write!(f, "[{}]:{}", a.ip(), a.port()),
+            PeerAddr::Unix { pid: Some(pid) } => write!(f, "unix({pid})"),
+            PeerAddr::Unix { pid: None } => write!(f, "unix"),
+        }
+    }
+}
+
+impl Stream {
+    pub fn is_unix(&self) -> bool {
+        matches!(self, Stream::Unix(_))
+    }
+
+    /// Non-blocking check used before handing an idle server out: Ok(true) means the socket is
+    /// still quiet (no bytes, no EOF), which is the only state in which a pooled server is reusable.
+    pub fn is_quiet(&self) -> bool {
+        let mut probe = [0u8; 1];
+        let r = match self {
+            Stream::Tcp(s) => s.try_read(&mut probe),
+            Stream::Unix(s) => s.try_read(&mut probe),
+        };
+        matches!(r, Err(ref e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}

@@ -1,0 +1,650 @@
+//! One pool per (database, user): idle servers, waiting clients and server accounting under a sync
+//! mutex that is never held across `.await`. Servers leave the pool as `PooledServer`, which puts
+//! them back or closes them on drop.
+
+pub mod connector;
+pub mod counter;
+pub mod janitor;
+pub mod registry;
+pub mod resolve;
+pub mod rules;
+pub mod settings;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use sluice_protocol::ScramKeys;
+use tokio::sync::oneshot;
+
+use crate::error::{ClientNotice, PoolError, ServerError};
+use crate::server::params::ParamMap;
+use crate::server::{query, ServerConn};
+use crate::stats::PoolStats;
+use connector::Connector;
+use counter::{ConnCounter, LimitHit, ServerSlots};
+use rules::{Growth, PoolSnapshot};
+pub use settings::PoolSettings;
+
+/// Identity of a pool: the database name clients use and the user the pool logs in as.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub database: String,
+    pub user: String,
+}
+
+impl fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.database, self.user)
+    }
+}
+
+type WaiterReply = Result<PooledServer, PoolError>;
+
+enum Ticket {
+    Idle(ServerConn),
+    Queued(u64, oneshot::Receiver<WaiterReply>, Vec<ServerSlots>),
+}
+
+struct Waiter {
+    id: u64,
+    since: Instant,
+    tx: oneshot::Sender<WaiterReply>,
+}
+
+struct LoginFailure {
+    at: Instant,
+    message: String,
+}
+
+#[derive(Default)]
+struct PoolState {
+    idle: VecDeque<ServerConn>,
+    /// Servers handed out (linked to a client or being tested).
+    active: usize,
+    connecting: usize,
+    waiters: VecDeque<Waiter>,
+    next_waiter: u64,
+    failure: Option<LoginFailure>,
+    /// Logged-in clients of this pool.
+    clients: usize,
+    removed: bool,
+    paused: bool,
+    /// The last growth attempt hit max_db_connections or max_user_connections.
+    limit_blocked: bool,
+}
+
+/// Counts SHOW POOLS and the janitor read off a pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolCounts {
+    pub clients: usize,
+    pub waiting: usize,
+    pub max_wait: Duration,
+    pub active: usize,
+    pub idle: usize,
+    pub connecting: usize,
+    pub total: usize,
+}
+
+pub struct Pool {
+    pub key: PoolKey,
+    settings: ArcSwap<PoolSettings>,
+    state: Mutex<PoolState>,
+    servers: Arc<ConnCounter>,
+    db_servers: Arc<ConnCounter>,
+    user_servers: Arc<ConnCounter>,
+    connector: Arc<dyn Connector>,
+    scram_keys: Mutex<Option<ScramKeys>>,
+    /// ParameterStatus set of the first server that logged in: the pool's "welcome message".
+    welcome: Mutex<Option<Arc<ParamMap>>>,
+    pub stats: PoolStats,
+}
+
+impl Pool {
+    pub fn new(
+        key: PoolKey,
+        settings: PoolSettings,
+        db_servers: Arc<ConnCounter>,
+        user_servers: Arc<ConnCounter>,
+        connector: Arc<dyn Connector>,
+    ) -> Arc<Self> {
+        Arc::new(Pool {
+            key,
+            settings: ArcSwap::from_pointee(settings),
+            state: Mutex::new(PoolState::default()),
+            servers: ConnCounter::new(),
+            db_servers,
+            user_servers,
+            connector,
+            scram_keys: Mutex::new(None),
+            welcome: Mutex::new(None),
+            stats: PoolStats::default(),
+        })
+    }
+
+    pub fn settings(&self) -> Arc<PoolSettings> {
+        self.settings.load_full()
+    }
+
+    /// Install new settings (reload). Servers of an older generation close when next released.
+    pub fn update_settings(self: &Arc<Self>, new: PoolSettings) {
+        let old_generation = self.settings.load().generation;
+        let changed = new.generation != old_generation;
+        self.settings.store(Arc::new(new));
+        if changed {
+            *self.welcome.lock() = None;
+            let stale: Vec<ServerConn> = self.state.lock().idle.drain(..).collect();
+            drop(stale);
+        }
+        self.kick();
+    }
+
+    pub fn set_scram_keys(&self, keys: ScramKeys) {
+        *self.scram_keys.lock() = Some(keys);
+    }
+
+    pub fn welcome(&self) -> Option<Arc<ParamMap>> {
+        self.welcome.lock().clone()
+    }
+
+    pub fn counts(&self) -> PoolCounts {
+        let st = self.state.lock();
+        let now = Instant::now();
+        PoolCounts {
+            clients: st.clients,
+            waiting: st.waiters.len(),
+            max_wait: st
+                .waiters
+                .front()
+                .map(|w| now - w.since)
+                .unwrap_or_default(),
+            active: st.active,
+            idle: st.idle.len(),
+            connecting: st.connecting,
+            total: self.servers.current(),
+        }
+    }
+
+    pub fn client_joined(&self) {
+        self.state.lock().clients += 1;
+    }
+
+    pub fn client_left(&self) {
+        let mut st = self.state.lock();
+        st.clients = st.clients.saturating_sub(1);
+    }
+
+    pub fn is_removed(&self) -> bool {
+        self.state.lock().removed
+    }
+
+    /// The database was dropped from the config: fail waiters, close idle servers, refuse new work.
+    pub fn mark_removed(&self) {
+        let (idle, waiters) = {
+            let mut st = self.state.lock();
+            st.removed = true;
+            (
+                st.idle.drain(..).collect::<Vec<_>>(),
+                st.waiters.drain(..).collect::<Vec<_>>(),
+            )
+        };
+        drop(idle);
+        for w in waiters {
+            let _ = w.tx.send(Err(PoolError::DatabaseRemoved));
+        }
+    }
+
+    /// Stop (or allow) opening servers and handing them out (PAUSE / shutdown).
+    pub fn set_paused(self: &Arc<Self>, paused: bool) {
+        self.state.lock().paused = paused;
+        if !paused {
+            self.kick();
+        }
+    }
+
+    /// Fail every waiting client (shutdown).
+    pub fn fail_waiters(&self, make: impl Fn() -> PoolError) {
+        let waiters: Vec<Waiter> = self.state.lock().waiters.drain(..).collect();
+        for w in waiters {
+            let _ = w.tx.send(Err(make()));
+        }
+    }
+
+    /// Get a server: an idle one if any (checked with server_check_query when it idled too long), else
+    /// wait in line while the pool opens one, up to query_wait_timeout.
+    pub async fn checkout(self: &Arc<Self>) -> Result<PooledServer, PoolError> {
+        let started = Instant::now();
+        loop {
+            let settings = self.settings();
+            let server = match self.take_or_queue(&settings)? {
+                Ticket::Idle(conn) => PooledServer::new(conn, self.clone()),
+                Ticket::Queued(id, rx, slots) => {
+                    self.spawn_connects(slots, &settings);
+                    self.wait((id, rx), settings.query_wait_timeout).await?
+                }
+            };
+            if let Some(s) = self.prepare_for_use(server, &settings).await {
+                self.note_assignment(started);
+                return Ok(s);
+            }
+        }
+    }
+
+    /// Under the lock: take an idle server, or join the queue (planning growth for it).
+    fn take_or_queue(self: &Arc<Self>, settings: &PoolSettings) -> Result<Ticket, PoolError> {
+        let mut st = self.state.lock();
+        if st.removed {
+            return Err(PoolError::DatabaseRemoved);
+        }
+        if !st.paused {
+            if let Some(conn) = self.take_idle(&mut st, settings) {
+                st.active += 1;
+                return Ok(Ticket::Idle(conn));
+            }
+            if let Some(f) = &st.failure {
+                if self.servers.current() == 0 && f.at.elapsed() < settings.login_retry {
+                    return Err(PoolError::LoginFailing(f.message.clone()));
+                }
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        let id = st.next_waiter;
+        st.next_waiter += 1;
+        st.waiters.push_back(Waiter {
+            id,
+            since: Instant::now(),
+            tx,
+        });
+        let slots = self.plan_locked(&mut st, settings);
+        Ok(Ticket::Queued(id, rx, slots))
+    }
+
+    fn note_assignment(&self, started: Instant) {
+        PoolStats::add(&self.stats.server_assignments, 1);
+        PoolStats::add(
+            &self.stats.wait_time_us,
+            started.elapsed().as_micros() as u64,
+        );
+    }
+
+    async fn wait(
+        self: &Arc<Self>,
+        (id, mut rx): (u64, oneshot::Receiver<WaiterReply>),
+        limit: Option<Duration>,
+    ) -> Result<PooledServer, PoolError> {
+        let reply = match limit {
+            None => (&mut rx).await,
+            Some(limit) => match tokio::time::timeout(limit, &mut rx).await {
+                Ok(r) => r,
+                Err(_) => {
+                    let still_waiting = {
+                        let mut st = self.state.lock();
+                        let before = st.waiters.len();
+                        st.waiters.retain(|w| w.id != id);
+                        st.waiters.len() != before
+                    };
+                    if still_waiting {
+                        return Err(PoolError::WaitTimeout);
+                    }
+                    // Served between the timer firing and the removal: use it.
+                    return rx.try_recv().map_err(|_| PoolError::WaitTimeout)?;
+                }
+            },
+        };
+        reply.map_err(|_| PoolError::ShuttingDown)?
+    }
+
+    /// Pop an idle server that may be used now; stale ones are dropped (closed) on the way.
+    fn take_idle(&self, st: &mut PoolState, settings: &PoolSettings) -> Option<ServerConn> {
+        loop {
+            let conn = if settings.round_robin {
+                st.idle.pop_front()
+            } else {
+                st.idle.pop_back()
+            }?;
+            if conn.generation == settings.generation
+                && rules::reusable_on_release(conn.created.elapsed(), &settings.timeouts)
+                && conn.stream.is_quiet()
+            {
+                return Some(conn);
+            }
+        }
+    }
+
+    /// Run server_check_query on a server that idled past server_check_delay. None = it failed and
+    /// was closed.
+    async fn prepare_for_use(
+        &self,
+        mut server: PooledServer,
+        settings: &PoolSettings,
+    ) -> Option<PooledServer> {
+        let idle_for = server.last_used.elapsed();
+        if let Some(q) = &settings.check_query {
+            if rules::needs_check(idle_for, settings.check_delay, true) {
+                if let Err(e) =
+                    query::run_simple(&mut server, q, settings.connect.max_packet_size).await
+                {
+                    tracing::warn!(
+                        "S-{}: {} server check failed, closing: {}",
+                        server.id,
+                        self.key,
+                        e
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(server)
+    }
+
+    /// Return a server. `reusable` = the caller knows it is clean (idle, nothing pending).
+    pub fn release(self: &Arc<Self>, mut server: PooledServer, reusable: bool) {
+        let Some(mut conn) = server.conn.take() else {
+            return;
+        };
+        let settings = self.settings();
+        conn.last_used = Instant::now();
+        let keep = reusable
+            && conn.is_clean()
+            && conn.generation == settings.generation
+            && rules::reusable_on_release(conn.created.elapsed(), &settings.timeouts);
+        let mut st = self.state.lock();
+        st.active = st.active.saturating_sub(1);
+        if !keep || st.removed {
+            drop(st);
+            drop(conn);
+            self.kick();
+            return;
+        }
+        if !st.paused {
+            while let Some(w) = st.waiters.pop_front() {
+                st.active += 1;
+                match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
+                    Ok(()) => return,
+                    Err(back) => {
+                        st.active -= 1;
+                        conn = match back {
+                            Ok(mut s) => match s.conn.take() {
+                                Some(c) => c,
+                                None => return,
+                            },
+                            Err(_) => return,
+                        };
+                    }
+                }
+            }
+        }
+        st.idle.push_back(conn);
+    }
+
+    /// A handed-out server was dropped without release: it is closed.
+    fn forget(self: &Arc<Self>) {
+        {
+            let mut st = self.state.lock();
+            st.active = st.active.saturating_sub(1);
+        }
+        self.kick();
+    }
+
+    /// Re-evaluate growth (after a close, a config change, a retry window ending).
+    pub fn kick(self: &Arc<Self>) {
+        let settings = self.settings();
+        let slots = {
+            let mut st = self.state.lock();
+            self.serve_waiters_locked(&mut st, &settings);
+            self.plan_locked(&mut st, &settings)
+        };
+        self.spawn_connects(slots, &settings);
+    }
+
+    /// Hand idle servers to queued clients (after RESUME, or when a server went idle unseen).
+    fn serve_waiters_locked(self: &Arc<Self>, st: &mut PoolState, settings: &PoolSettings) {
+        while !st.paused && !st.waiters.is_empty() {
+            let Some(mut conn) = self.take_idle(st, settings) else {
+                return;
+            };
+            loop {
+                let Some(w) = st.waiters.pop_front() else {
+                    st.idle.push_back(conn);
+                    return;
+                };
+                st.active += 1;
+                match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
+                    Ok(()) => break,
+                    Err(back) => {
+                        st.active -= 1;
+                        match back.ok().and_then(|mut s| s.conn.take()) {
+                            Some(c) => conn = c,
+                            None => return,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn snapshot(&self, st: &PoolState, settings: &PoolSettings) -> PoolSnapshot {
+        let now = Instant::now();
+        PoolSnapshot {
+            total: self.servers.current(),
+            connecting: st.connecting,
+            waiters: st.waiters.len(),
+            oldest_wait: st
+                .waiters
+                .front()
+                .map(|w| now - w.since)
+                .unwrap_or_default(),
+            has_clients: st.clients > 0 || settings.forced_user,
+            retry_blocked: st
+                .failure
+                .as_ref()
+                .is_some_and(|f| f.at.elapsed() < settings.login_retry),
+            frozen: st.paused || st.removed,
+        }
+    }
+
+    /// Decide how many servers to open now and reserve their slots (under the state lock).
+    fn plan_locked(&self, st: &mut PoolState, settings: &PoolSettings) -> Vec<ServerSlots> {
+        let mut out = Vec::new();
+        loop {
+            let snap = self.snapshot(st, settings);
+            let Growth::Open { from_reserve } = rules::plan_growth(&snap, &settings.limits) else {
+                break;
+            };
+            let cap = rules::capacity(&snap, &settings.limits);
+            let cap = if cap == usize::MAX { 0 } else { cap };
+            match ServerSlots::acquire(
+                &self.servers,
+                cap,
+                &self.db_servers,
+                settings.max_db_connections,
+                &self.user_servers,
+                settings.max_user_connections,
+            ) {
+                Ok(slots) => {
+                    st.limit_blocked = false;
+                    if from_reserve {
+                        tracing::info!("{}: taking connection from reserve_pool", self.key);
+                    }
+                    st.connecting += 1;
+                    out.push(slots);
+                }
+                Err(LimitHit::Pool) => break,
+                Err(hit) => {
+                    st.limit_blocked = true;
+                    tracing::debug!("{}: server limit reached ({hit:?}), client waits", self.key);
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn spawn_connects(self: &Arc<Self>, slots: Vec<ServerSlots>, settings: &Arc<PoolSettings>) {
+        if slots.is_empty() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.state.lock().connecting -= slots.len();
+            return;
+        };
+        for s in slots {
+            let pool = self.clone();
+            let settings = settings.clone();
+            handle.spawn(async move { pool.open_server(s, settings).await });
+        }
+    }
+
+    async fn open_server(self: Arc<Self>, slots: ServerSlots, settings: Arc<PoolSettings>) {
+        let keys = self.scram_keys.lock().clone();
+        let result = self
+            .connector
+            .connect(settings.target.clone(), keys, settings.connect)
+            .await;
+        match result {
+            Ok(mut conn) => {
+                conn.slots = Some(slots);
+                conn.generation = settings.generation;
+                tracing::debug!(
+                    "S-{}: {} new connection to server {}",
+                    conn.id,
+                    self.key,
+                    conn.addr
+                );
+                {
+                    let mut w = self.welcome.lock();
+                    if w.is_none() {
+                        *w = Some(Arc::new(conn.params.clone()));
+                    }
+                }
+                {
+                    let mut st = self.state.lock();
+                    st.connecting = st.connecting.saturating_sub(1);
+                    st.failure = None;
+                    st.active += 1;
+                }
+                // release() hands it to the first waiter or parks it idle.
+                self.release(PooledServer::new(conn, self.clone()), true);
+            }
+            Err(e) => {
+                drop(slots);
+                self.login_failed(e);
+            }
+        }
+    }
+
+    fn login_failed(self: &Arc<Self>, e: ServerError) {
+        tracing::warn!("{}: server login failed: {}", self.key, e);
+        let notice: Option<ClientNotice> = e.is_login_rejection().then(|| e.client_notice());
+        let waiters: Vec<Waiter> = {
+            let mut st = self.state.lock();
+            st.connecting = st.connecting.saturating_sub(1);
+            st.failure = Some(LoginFailure {
+                at: Instant::now(),
+                message: e.to_string(),
+            });
+            if notice.is_some() {
+                st.waiters.drain(..).collect()
+            } else {
+                Vec::new()
+            }
+        };
+        if let Some(n) = notice {
+            for w in waiters {
+                let _ = w.tx.send(Err(PoolError::Rejected(n.clone())));
+            }
+        }
+    }
+
+    /// Janitor work: close idle servers past server_idle_timeout / server_lifetime, and grow for
+    /// waiters and min_pool_size (this is also how a failed login is retried after server_login_retry).
+    pub fn maintain(self: &Arc<Self>) {
+        let settings = self.settings();
+        let closing: Vec<ServerConn> = {
+            let mut st = self.state.lock();
+            let mut total = self.servers.current();
+            let mut keep = VecDeque::with_capacity(st.idle.len());
+            let mut closing = Vec::new();
+            for conn in st.idle.drain(..) {
+                let close = conn.generation != settings.generation
+                    || rules::close_idle(
+                        conn.last_used.elapsed(),
+                        conn.created.elapsed(),
+                        total,
+                        settings.limits.min_pool_size,
+                        &settings.timeouts,
+                    );
+                if close {
+                    total = total.saturating_sub(1);
+                    closing.push(conn);
+                } else {
+                    keep.push_back(conn);
+                }
+            }
+            st.idle = keep;
+            closing
+        };
+        for c in &closing {
+            tracing::debug!("S-{}: {} closing idle server", c.id, self.key);
+        }
+        drop(closing);
+        self.kick();
+    }
+
+    /// Close one idle server to make room for another pool under a shared limit. True if one closed.
+    pub fn evict_one_idle(&self) -> bool {
+        let conn = self.state.lock().idle.pop_front();
+        conn.is_some()
+    }
+
+    /// Clients are queued and the pool cannot grow because a database/user-wide limit is reached.
+    pub fn starved_by_shared_limit(&self) -> bool {
+        let st = self.state.lock();
+        !st.waiters.is_empty() && st.limit_blocked && st.connecting == 0
+    }
+}
+
+/// A server checked out of a pool. Dropping it without `Pool::release` closes the connection.
+pub struct PooledServer {
+    conn: Option<ServerConn>,
+    pool: Arc<Pool>,
+}
+
+impl PooledServer {
+    fn new(conn: ServerConn, pool: Arc<Pool>) -> Self {
+        PooledServer {
+            conn: Some(conn),
+            pool,
+        }
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+}
+
+impl Deref for PooledServer {
+    type Target = ServerConn;
+    fn deref(&self) -> &ServerConn {
+        self.conn.as_ref().expect("PooledServer used after release")
+    }
+}
+
+impl DerefMut for PooledServer {
+    fn deref_mut(&mut self) -> &mut ServerConn {
+        self.conn.as_mut().expect("PooledServer used after release")
+    }
+}
+
+impl Drop for PooledServer {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(conn);
+            self.pool.forget();
+        }
+    }
+}

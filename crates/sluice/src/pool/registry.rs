@@ -1,0 +1,98 @@
+//! All pools of the process, plus the per-database and per-user server counters that enforce
+//! max_db_connections / max_user_connections across pools.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::connector::Connector;
+use super::counter::ConnCounter;
+use super::{Pool, PoolKey, PoolSettings};
+
+pub struct PoolRegistry {
+    pools: RwLock<HashMap<PoolKey, Arc<Pool>>>,
+    db_servers: Mutex<HashMap<String, Arc<ConnCounter>>>,
+    user_servers: Mutex<HashMap<String, Arc<ConnCounter>>>,
+    connector: Arc<dyn Connector>,
+    generation: AtomicU64,
+}
+
+impl PoolRegistry {
+    pub fn new(connector: Arc<dyn Connector>) -> Self {
+        PoolRegistry {
+            pools: RwLock::new(HashMap::new()),
+            db_servers: Mutex::new(HashMap::new()),
+            user_servers: Mutex::new(HashMap::new()),
+            connector,
+            generation: AtomicU64::new(1),
+        }
+    }
+
+    /// A fresh config generation number (reload bumps it for databases whose login changed).
+    pub fn next_generation(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn current_generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    pub fn get(&self, key: &PoolKey) -> Option<Arc<Pool>> {
+        self.pools.read().get(key).cloned()
+    }
+
+    /// The pool for `key`, created with `make()` settings when missing (or when the old one was removed).
+    pub fn get_or_create(&self, key: &PoolKey, make: impl FnOnce() -> PoolSettings) -> Arc<Pool> {
+        if let Some(p) = self.get(key) {
+            if !p.is_removed() {
+                return p;
+            }
+        }
+        let mut pools = self.pools.write();
+        if let Some(p) = pools.get(key) {
+            if !p.is_removed() {
+                return p.clone();
+            }
+        }
+        let db = self.counter(&self.db_servers, &key.database);
+        let user = self.counter(&self.user_servers, &key.user);
+        let pool = Pool::new(key.clone(), make(), db, user, self.connector.clone());
+        pools.insert(key.clone(), pool.clone());
+        pool
+    }
+
+    fn counter(
+        &self,
+        map: &Mutex<HashMap<String, Arc<ConnCounter>>>,
+        name: &str,
+    ) -> Arc<ConnCounter> {
+        map.lock()
+            .entry(name.to_string())
+            .or_insert_with(ConnCounter::new)
+            .clone()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Pool>> {
+        let mut v: Vec<Arc<Pool>> = self.pools.read().values().cloned().collect();
+        v.sort_by(|a, b| a.key.cmp(&b.key));
+        v
+    }
+
+    /// Servers currently open to a database, all users.
+    pub fn db_server_count(&self, database: &str) -> usize {
+        self.db_servers
+            .lock()
+            .get(database)
+            .map(|c| c.current())
+            .unwrap_or(0)
+    }
+
+    /// Drop pools that were removed and hold nothing any more.
+    pub fn sweep_removed(&self) {
+        self.pools
+            .write()
+            .retain(|_, p| !(p.is_removed() && p.counts().total == 0 && p.counts().clients == 0));
+    }
+}

@@ -1,0 +1,171 @@
+//! From config to pools: which [databases] entry a client's database name means, and the effective
+//! settings of a (database, user) pool with user > database > global precedence.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::{Config, DatabaseEntry, ServerCheckQuery};
+use sluice_protocol::StoredSecret;
+
+use super::rules::{PoolLimits, ServerTimeouts};
+use super::PoolSettings;
+use crate::net::socket::TcpTuning;
+use crate::server::connect::ConnectOptions;
+use crate::server::{ServerAddr, ServerTarget};
+
+/// The db entry for `name`: an explicit one, or one made from the `*` fallback (auto-database).
+pub fn find_database(cfg: &Config, name: &str) -> Option<DatabaseEntry> {
+    cfg.database(name)
+        .cloned()
+        .or_else(|| cfg.fallback.as_ref().map(|f| f.instantiate_auto(name)))
+}
+
+/// Whole seconds from [users]/[databases] overrides; 0 means "no limit" like the global keys.
+fn secs(v: u32) -> Option<Duration> {
+    (v > 0).then(|| Duration::from_secs(v.into()))
+}
+
+/// TCP tuning from [pgbouncer].
+pub fn tcp_tuning(cfg: &Config) -> TcpTuning {
+    let s = &cfg.settings;
+    TcpTuning {
+        keepalive: s.tcp_keepalive,
+        keepidle: s.tcp_keepidle,
+        keepintvl: s.tcp_keepintvl,
+        keepcnt: s.tcp_keepcnt,
+        user_timeout_ms: s.tcp_user_timeout,
+        socket_buffer: s.tcp_socket_buffer,
+    }
+}
+
+/// The server login for a pool: address and database from the entry, the forced user (with its
+/// password) or the client's user with its auth_file secret.
+pub fn server_target(
+    cfg: &Config,
+    db: &DatabaseEntry,
+    login_user: &str,
+    user_secret: Option<StoredSecret>,
+) -> ServerTarget {
+    let port = db.port.unwrap_or(5432);
+    let addrs = ServerAddr::parse_hosts(db.host.as_deref(), port, &cfg.settings.unix_socket_dir);
+    let secret = match (&db.user, &db.password) {
+        (Some(_), Some(pw)) => Some(StoredSecret::parse(pw)),
+        _ => user_secret,
+    };
+    let mut startup = Vec::new();
+    for (k, v) in [
+        ("client_encoding", &db.client_encoding),
+        ("datestyle", &db.datestyle),
+        ("timezone", &db.timezone),
+        ("application_name", &db.application_name),
+    ] {
+        if let Some(v) = v {
+            startup.push((k.to_string(), v.clone()));
+        }
+    }
+    ServerTarget::new(
+        addrs,
+        db.dbname.clone().unwrap_or_else(|| db.name.clone()),
+        login_user.to_string(),
+        secret,
+        startup,
+        db.connect_query.clone(),
+    )
+}
+
+/// Effective settings of the pool (db, login_user).
+pub fn pool_settings(
+    cfg: &Config,
+    db: &DatabaseEntry,
+    login_user: &str,
+    target: ServerTarget,
+    generation: u64,
+) -> PoolSettings {
+    let g = &cfg.settings;
+    let u = cfg.user(login_user);
+    let pool_size = u
+        .and_then(|u| u.pool_size)
+        .or(db.pool_size)
+        .unwrap_or(g.default_pool_size);
+    let reserve = u
+        .and_then(|u| u.reserve_pool_size)
+        .or(db.reserve_pool_size)
+        .unwrap_or(g.reserve_pool_size);
+    let mode = u
+        .and_then(|u| u.pool_mode)
+        .or(db.pool_mode)
+        .unwrap_or(g.pool_mode);
+    let lifetime = match db.server_lifetime {
+        Some(s) => Some(Duration::from_secs(s.into())),
+        None => Some(g.server_lifetime.as_duration().unwrap_or(Duration::ZERO)),
+    };
+    let user_override = |f: fn(&sluice_config::UserEntry) -> Option<u32>,
+                         global: Option<Duration>| {
+        match u.and_then(f) {
+            Some(v) => secs(v),
+            None => global,
+        }
+    };
+    let query_wait_timeout = match u
+        .and_then(|u| u.query_wait_timeout)
+        .or(db.query_wait_timeout)
+    {
+        Some(v) => secs(v),
+        None => g.query_wait_timeout.as_duration(),
+    };
+    PoolSettings {
+        mode,
+        limits: PoolLimits {
+            pool_size,
+            min_pool_size: db.min_pool_size.unwrap_or(g.min_pool_size),
+            reserve_pool_size: reserve,
+            reserve_pool_timeout: g
+                .reserve_pool_timeout
+                .as_duration()
+                .unwrap_or(Duration::ZERO),
+        },
+        timeouts: ServerTimeouts {
+            lifetime,
+            idle_timeout: g.server_idle_timeout.as_duration(),
+        },
+        check_delay: g.server_check_delay.as_duration().unwrap_or(Duration::ZERO),
+        check_query: match &g.server_check_query {
+            ServerCheckQuery::Disabled => None,
+            ServerCheckQuery::EmptyQuery => Some(String::new()),
+            ServerCheckQuery::Query(q) => Some(q.clone()),
+        },
+        reset_query: Some(g.server_reset_query.clone()).filter(|q| !q.trim().is_empty()),
+        reset_always: g.server_reset_query_always,
+        query_wait_timeout,
+        query_timeout: user_override(|u| u.query_timeout, g.query_timeout.as_duration()),
+        idle_transaction_timeout: user_override(
+            |u| u.idle_transaction_timeout,
+            g.idle_transaction_timeout.as_duration(),
+        ),
+        client_idle_timeout: user_override(
+            |u| u.client_idle_timeout,
+            g.client_idle_timeout.as_duration(),
+        ),
+        transaction_timeout: user_override(
+            |u| u.transaction_timeout,
+            g.transaction_timeout.as_duration(),
+        ),
+        login_retry: g.server_login_retry.as_duration().unwrap_or(Duration::ZERO),
+        round_robin: g.server_round_robin,
+        max_db_connections: db.max_db_connections.unwrap_or(g.max_db_connections) as usize,
+        max_user_connections: u
+            .and_then(|u| u.max_user_connections)
+            .unwrap_or(g.max_user_connections) as usize,
+        connect: ConnectOptions {
+            connect_timeout: g
+                .server_connect_timeout
+                .as_duration()
+                .unwrap_or(Duration::from_secs(24 * 3600)),
+            tcp: tcp_tuning(cfg),
+            max_packet_size: g.max_packet_size as usize,
+        },
+        target: Arc::new(target),
+        generation,
+        forced_user: db.user.is_some(),
+    }
+}

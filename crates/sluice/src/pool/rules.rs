@@ -1,0 +1,317 @@
+//! Pool rules: when a pool may open a server, when an idle one must close. Pure functions, no IO,
+//! no clock (callers pass ages), so every rule is unit-tested in isolation.
+
+use std::time::Duration;
+
+/// Sizing limits of one pool after user > database > global precedence was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolLimits {
+    /// 0 = unlimited.
+    pub pool_size: u32,
+    pub min_pool_size: u32,
+    pub reserve_pool_size: u32,
+    pub reserve_pool_timeout: Duration,
+}
+
+/// What the rules need to know about a pool at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolSnapshot {
+    /// Every live server of the pool: idle, checked out, testing and still logging in.
+    pub total: usize,
+    /// Servers still connecting / logging in.
+    pub connecting: usize,
+    /// Clients queued for a server.
+    pub waiters: usize,
+    /// How long the first queued client has waited.
+    pub oldest_wait: Duration,
+    /// Whether any client is logged in to this pool (min_pool_size only applies then, or with a forced user).
+    pub has_clients: bool,
+    /// A login failed less than server_login_retry ago.
+    pub retry_blocked: bool,
+    /// The pool is paused or being shut down: no new servers.
+    pub frozen: bool,
+}
+
+/// Decision about opening one more server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Growth {
+    No,
+    Open { from_reserve: bool },
+}
+
+/// Largest number of servers the pool may hold right now: pool_size, plus reserve_pool_size once the
+/// oldest waiter has waited reserve_pool_timeout.
+pub fn capacity(s: &PoolSnapshot, l: &PoolLimits) -> usize {
+    if l.pool_size == 0 {
+        return usize::MAX;
+    }
+    let base = l.pool_size as usize;
+    if l.reserve_pool_size > 0 && s.waiters > 0 && s.oldest_wait >= l.reserve_pool_timeout {
+        base + l.reserve_pool_size as usize
+    } else {
+        base
+    }
+}
+
+/// Should the pool open one more server? Demand is a waiting client that no connecting server
+/// will serve yet, or the pool being below min_pool_size.
+pub fn plan_growth(s: &PoolSnapshot, l: &PoolLimits) -> Growth {
+    if s.retry_blocked || s.frozen {
+        return Growth::No;
+    }
+    let cap = capacity(s, l);
+    if s.total >= cap {
+        return Growth::No;
+    }
+    let uncovered_waiters = s.waiters > s.connecting;
+    let min = if l.pool_size == 0 {
+        l.min_pool_size as usize
+    } else {
+        l.min_pool_size.min(l.pool_size) as usize
+    };
+    let below_min = s.has_clients && s.total < min && s.connecting == 0;
+    if uncovered_waiters || below_min {
+        Growth::Open {
+            from_reserve: l.pool_size != 0 && s.total >= l.pool_size as usize,
+        }
+    } else {
+        Growth::No
+    }
+}
+
+/// Timing rules for servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerTimeouts {
+    /// None = never close for age. Some(ZERO) = use once.
+    pub lifetime: Option<Duration>,
+    /// None = never close for idleness.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// May a released server go back to the idle list? A server past its lifetime is closed instead.
+pub fn reusable_on_release(age: Duration, t: &ServerTimeouts) -> bool {
+    match t.lifetime {
+        None => true,
+        Some(l) => age < l,
+    }
+}
+
+/// Should the janitor close this idle server? `total` is the pool's server count, which may not fall
+/// below min_pool_size because of idleness (lifetime still applies).
+pub fn close_idle(
+    idle_for: Duration,
+    age: Duration,
+    total: usize,
+    min_pool_size: u32,
+    t: &ServerTimeouts,
+) -> bool {
+    if !reusable_on_release(age, t) {
+        return true;
+    }
+    match t.idle_timeout {
+        Some(limit) => idle_for >= limit && total > min_pool_size as usize,
+        None => false,
+    }
+}
+
+/// Does an idle server need server_check_query before it is handed out?
+pub fn needs_check(idle_for: Duration, check_delay: Duration, check_enabled: bool) -> bool {
+    check_enabled && idle_for >= check_delay
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(size: u32, reserve: u32) -> PoolLimits {
+        PoolLimits {
+            pool_size: size,
+            min_pool_size: 0,
+            reserve_pool_size: reserve,
+            reserve_pool_timeout: Duration::from_secs(3),
+        }
+    }
+
+    #[test]
+    fn opens_for_uncovered_waiter_below_size() {
+        let s = PoolSnapshot {
+            total: 1,
+            waiters: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            plan_growth(&s, &limits(2, 0)),
+            Growth::Open {
+                from_reserve: false
+            }
+        );
+    }
+
+    #[test]
+    fn does_not_open_when_connecting_covers_waiters() {
+        let s = PoolSnapshot {
+            total: 1,
+            connecting: 1,
+            waiters: 1,
+            ..Default::default()
+        };
+        assert_eq!(plan_growth(&s, &limits(5, 0)), Growth::No);
+    }
+
+    #[test]
+    fn pool_size_is_a_hard_cap_without_reserve() {
+        let s = PoolSnapshot {
+            total: 2,
+            waiters: 10,
+            oldest_wait: Duration::from_secs(60),
+            ..Default::default()
+        };
+        assert_eq!(plan_growth(&s, &limits(2, 0)), Growth::No);
+    }
+
+    #[test]
+    fn reserve_only_after_reserve_pool_timeout() {
+        let mut s = PoolSnapshot {
+            total: 2,
+            waiters: 1,
+            oldest_wait: Duration::from_millis(2999),
+            ..Default::default()
+        };
+        assert_eq!(plan_growth(&s, &limits(2, 1)), Growth::No);
+        s.oldest_wait = Duration::from_secs(3);
+        assert_eq!(
+            plan_growth(&s, &limits(2, 1)),
+            Growth::Open { from_reserve: true }
+        );
+        s.total = 3;
+        assert_eq!(plan_growth(&s, &limits(2, 1)), Growth::No);
+    }
+
+    #[test]
+    fn zero_pool_size_is_unlimited() {
+        let s = PoolSnapshot {
+            total: 10_000,
+            waiters: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            plan_growth(&s, &limits(0, 0)),
+            Growth::Open {
+                from_reserve: false
+            }
+        );
+    }
+
+    #[test]
+    fn min_pool_size_needs_clients_and_is_capped_by_pool_size() {
+        let mut l = limits(3, 0);
+        l.min_pool_size = 5;
+        let mut s = PoolSnapshot {
+            total: 0,
+            ..Default::default()
+        };
+        assert_eq!(plan_growth(&s, &l), Growth::No);
+        s.has_clients = true;
+        assert_eq!(
+            plan_growth(&s, &l),
+            Growth::Open {
+                from_reserve: false
+            }
+        );
+        s.total = 3;
+        assert_eq!(plan_growth(&s, &l), Growth::No);
+    }
+
+    #[test]
+    fn min_pool_size_opens_one_at_a_time() {
+        let mut l = limits(10, 0);
+        l.min_pool_size = 5;
+        let s = PoolSnapshot {
+            total: 1,
+            connecting: 1,
+            has_clients: true,
+            ..Default::default()
+        };
+        assert_eq!(plan_growth(&s, &l), Growth::No);
+    }
+
+    #[test]
+    fn login_retry_and_pause_block_growth() {
+        let s = PoolSnapshot {
+            waiters: 1,
+            retry_blocked: true,
+            ..Default::default()
+        };
+        assert_eq!(plan_growth(&s, &limits(2, 0)), Growth::No);
+        let s = PoolSnapshot {
+            waiters: 1,
+            frozen: true,
+            ..Default::default()
+        };
+        assert_eq!(plan_growth(&s, &limits(2, 0)), Growth::No);
+    }
+
+    #[test]
+    fn lifetime_and_idle_timeout() {
+        let t = ServerTimeouts {
+            lifetime: Some(Duration::from_secs(3600)),
+            idle_timeout: Some(Duration::from_secs(600)),
+        };
+        assert!(reusable_on_release(Duration::from_secs(10), &t));
+        assert!(!reusable_on_release(Duration::from_secs(3600), &t));
+        assert!(close_idle(
+            Duration::from_secs(600),
+            Duration::from_secs(700),
+            3,
+            0,
+            &t
+        ));
+        assert!(!close_idle(
+            Duration::from_secs(599),
+            Duration::from_secs(700),
+            3,
+            0,
+            &t
+        ));
+        // min_pool_size protects against idle closing, not against lifetime
+        assert!(!close_idle(
+            Duration::from_secs(900),
+            Duration::from_secs(900),
+            2,
+            2,
+            &t
+        ));
+        assert!(close_idle(
+            Duration::from_secs(900),
+            Duration::from_secs(4000),
+            2,
+            2,
+            &t
+        ));
+        let use_once = ServerTimeouts {
+            lifetime: Some(Duration::ZERO),
+            idle_timeout: None,
+        };
+        assert!(!reusable_on_release(Duration::from_millis(1), &use_once));
+    }
+
+    #[test]
+    fn check_after_delay() {
+        assert!(!needs_check(
+            Duration::from_secs(29),
+            Duration::from_secs(30),
+            true
+        ));
+        assert!(needs_check(
+            Duration::from_secs(30),
+            Duration::from_secs(30),
+            true
+        ));
+        assert!(!needs_check(
+            Duration::from_secs(300),
+            Duration::from_secs(30),
+            false
+        ));
+        assert!(needs_check(Duration::ZERO, Duration::ZERO, true));
+    }
+}

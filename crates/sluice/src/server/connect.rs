@@ -1,0 +1,68 @@
+//! Open a server connection: TCP or Unix socket, startup packet, login, connect_query, all under
+//! server_connect_timeout.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use sluice_protocol::{encode_startup, ScramKeys};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpStream, UnixStream};
+
+use super::{login, query, ServerAddr, ServerConn, ServerTarget};
+use crate::error::ServerError;
+use crate::net::socket::{tune_tcp, TcpTuning};
+use crate::net::Stream;
+
+/// Settings that shape every new server connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectOptions {
+    pub connect_timeout: Duration,
+    pub tcp: TcpTuning,
+    pub max_packet_size: usize,
+}
+
+/// Connect and log in. The result is idle (ReadyForQuery 'I').
+pub async fn open(
+    target: &ServerTarget,
+    keys: Option<&ScramKeys>,
+    opts: &ConnectOptions,
+) -> Result<ServerConn, ServerError> {
+    let work = async {
+        let addr = target
+            .pick_addr()
+            .ok_or_else(|| ServerError::Unexpected("database has no host".into()))?
+            .clone();
+        let stream = match &addr {
+            ServerAddr::Tcp { host, port } => {
+                let s = TcpStream::connect((host.as_str(), *port)).await?;
+                tune_tcp(&s, &opts.tcp);
+                Stream::Tcp(s)
+            }
+            ServerAddr::Unix { path } => Stream::Unix(UnixStream::connect(path).await?),
+        };
+        let mut conn = ServerConn::new(stream, addr);
+        let mut params: Vec<(&str, &str)> =
+            vec![("user", &target.user), ("database", &target.dbname)];
+        for (k, v) in &target.startup_params {
+            params.push((k, v));
+        }
+        let mut out = BytesMut::with_capacity(128);
+        encode_startup(&params, &mut out);
+        conn.stream.write_all(&out).await?;
+        login::login(&mut conn, target, keys, opts.max_packet_size).await?;
+        if let Some(q) = target.connect_query.as_deref().filter(|q| !q.is_empty()) {
+            match query::run_simple(&mut conn, q, opts.max_packet_size).await {
+                Ok(()) => {}
+                Err(ServerError::Query(f)) => {
+                    tracing::warn!("connect_query failed on {}: {}", conn.addr, f.message)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(conn)
+    };
+    match tokio::time::timeout(opts.connect_timeout, work).await {
+        Ok(r) => r,
+        Err(_) => Err(ServerError::ConnectTimeout),
+    }
+}

@@ -1,0 +1,66 @@
+//! A connection to a PostgreSQL server: its socket, read buffer, parameters and identity.
+
+pub mod connect;
+pub mod login;
+pub mod params;
+pub mod query;
+pub mod target;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use bytes::BytesMut;
+use sluice_protocol::{CancelKey, TransactionStatus};
+
+use crate::net::Stream;
+use crate::pool::counter::ServerSlots;
+use params::ParamMap;
+pub use target::{ServerAddr, ServerTarget};
+
+static NEXT_SERVER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One logged-in server connection. It is owned by exactly one place at a time: the pool's idle list,
+/// a connect task, or the client task it is linked to.
+#[derive(Debug)]
+pub struct ServerConn {
+    pub id: u64,
+    pub stream: Stream,
+    /// Bytes read from the server and not yet handled.
+    pub rbuf: BytesMut,
+    /// The server's parameters as last reported by ParameterStatus.
+    pub params: ParamMap,
+    pub backend_key: CancelKey,
+    pub addr: ServerAddr,
+    pub created: Instant,
+    /// When it was last released (or logged in).
+    pub last_used: Instant,
+    pub status: TransactionStatus,
+    /// Config generation of its pool at login; a newer generation means "close when released".
+    pub generation: u64,
+    /// Pool/database/user slots, released when the connection is dropped.
+    pub slots: Option<ServerSlots>,
+}
+
+impl ServerConn {
+    pub fn new(stream: Stream, addr: ServerAddr) -> Self {
+        let now = Instant::now();
+        ServerConn {
+            id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
+            stream,
+            rbuf: BytesMut::with_capacity(8192),
+            params: ParamMap::new(),
+            backend_key: CancelKey { pid: 0, secret: 0 },
+            addr,
+            created: now,
+            last_used: now,
+            status: TransactionStatus::Idle,
+            generation: 0,
+            slots: None,
+        }
+    }
+
+    /// A server can go back to the pool only when idle with nothing unread.
+    pub fn is_clean(&self) -> bool {
+        self.status == TransactionStatus::Idle && self.rbuf.is_empty()
+    }
+}

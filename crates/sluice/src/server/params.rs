@@ -1,0 +1,172 @@
+//! Tracked session parameters ("varcache"): what each client expects and each server has, and the
+//! `SET` that makes a server match a client when it is linked.
+
+/// Parameters PgBouncer always tracks; track_extra_parameters adds more.
+pub const ALWAYS_TRACKED: &[&str] = &[
+    "client_encoding",
+    "DateStyle",
+    "TimeZone",
+    "standard_conforming_strings",
+    "application_name",
+];
+
+/// Ordered name -> value list with case-insensitive names (GUC names are case-insensitive).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParamMap {
+    entries: Vec<(String, String)>,
+}
+
+impl ParamMap {
+    pub fn new() -> Self {
+        ParamMap::default()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Set a value; returns true when it changed.
+    pub fn set(&mut self, name: &str, value: &str) -> bool {
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        {
+            if e.1 == value {
+                return false;
+            }
+            e.1 = value.to_string();
+        } else {
+            self.entries.push((name.to_string(), value.to_string()));
+        }
+        true
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The set of tracked parameter names for this process (always-tracked + track_extra_parameters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackedSet {
+    names: Vec<String>,
+}
+
+impl TrackedSet {
+    pub fn new(extra: &[String]) -> Self {
+        let mut names: Vec<String> = ALWAYS_TRACKED.iter().map(|s| s.to_string()).collect();
+        for e in extra {
+            if !names.iter().any(|n| n.eq_ignore_ascii_case(e)) {
+                names.push(e.clone());
+            }
+        }
+        TrackedSet { names }
+    }
+
+    /// The canonical spelling of a tracked name, if tracked.
+    pub fn canonical(&self, name: &str) -> Option<&str> {
+        self.names
+            .iter()
+            .find(|n| n.eq_ignore_ascii_case(name))
+            .map(|s| s.as_str())
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().map(|s| s.as_str())
+    }
+}
+
+/// Build one simple-query text of `SET k='v';...` for every tracked parameter the client has and the
+/// server differs on. None when the server already matches.
+pub fn set_statement(tracked: &TrackedSet, client: &ParamMap, server: &ParamMap) -> Option<String> {
+    let mut sql = String::new();
+    for name in tracked.names() {
+        let Some(want) = client.get(name) else {
+            continue;
+        };
+        if server.get(name) == Some(want) {
+            continue;
+        }
+        sql.push_str("SET ");
+        push_ident(&mut sql, name);
+        sql.push('=');
+        push_literal(&mut sql, want);
+        sql.push(';');
+    }
+    (!sql.is_empty()).then_some(sql)
+}
+
+fn push_ident(out: &mut String, name: &str) {
+    if name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+    {
+        out.push_str(name);
+    } else {
+        out.push('"');
+        out.push_str(&name.replace('"', "\"\""));
+        out.push('"');
+    }
+}
+
+fn push_literal(out: &mut String, value: &str) {
+    out.push('\'');
+    out.push_str(&value.replace('\'', "''"));
+    out.push('\'');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn case_insensitive_map() {
+        let mut m = ParamMap::new();
+        assert!(m.set("TimeZone", "UTC"));
+        assert_eq!(m.get("timezone"), Some("UTC"));
+        assert!(!m.set("TIMEZONE", "UTC"));
+        assert!(m.set("timezone", "Europe/Berlin"));
+        assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn set_only_differences_with_quoting() {
+        let tracked = TrackedSet::new(&["IntervalStyle".to_string()]);
+        let mut client = ParamMap::new();
+        client.set("application_name", "it's me");
+        client.set("TimeZone", "UTC");
+        client.set("IntervalStyle", "iso_8601");
+        let mut server = ParamMap::new();
+        server.set("TimeZone", "UTC");
+        server.set("application_name", "");
+        let sql = set_statement(&tracked, &client, &server).unwrap();
+        assert_eq!(
+            sql,
+            "SET application_name='it''s me';SET IntervalStyle='iso_8601';"
+        );
+        server.set("application_name", "it's me");
+        server.set("intervalstyle", "iso_8601");
+        assert_eq!(set_statement(&tracked, &client, &server), None);
+    }
+
+    #[test]
+    fn untracked_names_are_ignored() {
+        let tracked = TrackedSet::new(&[]);
+        let mut client = ParamMap::new();
+        client.set("search_path", "x");
+        assert_eq!(set_statement(&tracked, &client, &ParamMap::new()), None);
+        assert_eq!(tracked.canonical("datestyle"), Some("DateStyle"));
+    }
+}

@@ -1,0 +1,48 @@
+//! Pooler-run simple queries on a server (reset, check, SET of tracked parameters, connect_query):
+//! send, consume the whole answer through ReadyForQuery, keep the parameter cache current.
+
+use bytes::BytesMut;
+use sluice_protocol::{
+    backend_tag, decode_error_fields, decode_parameter_status, decode_ready_for_query, encode_query,
+};
+use tokio::io::AsyncWriteExt;
+
+use super::ServerConn;
+use crate::error::ServerError;
+use crate::net::framed::read_message;
+
+/// Run `sql`; Ok when it completed without error. After Err(Query) the server is still in sync
+/// (ReadyForQuery consumed); after any other Err it must be closed.
+pub async fn run_simple(
+    conn: &mut ServerConn,
+    sql: &str,
+    max_len: usize,
+) -> Result<(), ServerError> {
+    let mut out = BytesMut::with_capacity(sql.len() + 8);
+    encode_query(sql, &mut out);
+    conn.stream.write_all(&out).await?;
+    let mut failure = None;
+    loop {
+        let (tag, body) = read_message(&mut conn.stream, &mut conn.rbuf, max_len).await?;
+        match tag {
+            backend_tag::READY_FOR_QUERY => {
+                conn.status = decode_ready_for_query(&body)?;
+                return match failure {
+                    Some(f) => Err(ServerError::Query(f)),
+                    None => Ok(()),
+                };
+            }
+            backend_tag::PARAMETER_STATUS => {
+                let (k, v) = decode_parameter_status(&body)?;
+                conn.params.set(k, v);
+            }
+            backend_tag::ERROR_RESPONSE => failure = Some(decode_error_fields(&body)?),
+            backend_tag::COPY_IN | backend_tag::COPY_BOTH => {
+                return Err(ServerError::Unexpected(
+                    "COPY started by a pooler query".into(),
+                ))
+            }
+            _ => {}
+        }
+    }
+}
