@@ -1,0 +1,11 @@
+//! Authentication math: md5 challenge/response, SCRAM-SHA-256 (server and client), stored secrets.
+
+pub mod md5;
+pub mod scram;
+pub mod secret;
+
+pub use self::md5::{md5_response_from_password, md5_response_from_secret, md5_secret, md5_verify};
+pub use self::scram::{
+    ScramClient, ScramCredential, ScramKeys, ScramSecret, ScramServer, SCRAM_SHA_256,
+};
+pub use self::secret::{constant_time_eq, StoredSecret};

@@ -1,0 +1,138 @@
+//! SCRAM client side: the pooler logging in to a PostgreSQL server with a password or pass-through keys.
+
+use std::fmt;
+use std::mem;
+
+use super::message::{
+    as_text, escape_saslname, parse_server_final, parse_server_first, ServerFinal,
+};
+use super::{b64, hmac_sha256, xor32, ScramKeys};
+use crate::auth::secret::constant_time_eq;
+use crate::error::ProtocolError;
+
+/// What the pooler logs in with.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ScramCredential {
+    /// A plaintext password: keys are derived from the server's salt and iteration count.
+    Password(String),
+    /// Keys recovered from a client's exchange (SCRAM pass-through); salt and iterations from
+    /// the server are not needed, but the server's secret must equal ours.
+    Keys(ScramKeys),
+}
+
+impl fmt::Debug for ScramCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScramCredential::Password(_) => f.write_str("Password(<redacted>)"),
+            ScramCredential::Keys(_) => f.write_str("Keys(<redacted>)"),
+        }
+    }
+}
+
+enum State {
+    AwaitServerFirst,
+    AwaitServerFinal { server_signature: [u8; 32] },
+    Done,
+    Failed,
+}
+
+/// Client side of SCRAM: the pooler logging in to a PostgreSQL server.
+pub struct ScramClient {
+    credential: ScramCredential,
+    nonce: String,
+    client_first_bare: String,
+    state: State,
+}
+
+/// Channel binding attribute for gs2 header "n,,".
+const CBIND_NONE: &str = "biws";
+
+impl ScramClient {
+    /// `client_nonce_raw` = 18 random bytes from the caller.
+    pub fn new(credential: ScramCredential, client_nonce_raw: [u8; 18]) -> Self {
+        Self::with_nonce(credential, "", &b64(&client_nonce_raw))
+    }
+
+    /// Explicit user name and nonce (for test vectors). PostgreSQL ignores the SCRAM user name
+    /// and libpq sends an empty one, which is what [`ScramClient::new`] does.
+    pub fn with_nonce(credential: ScramCredential, user: &str, client_nonce: &str) -> Self {
+        ScramClient {
+            credential,
+            nonce: client_nonce.to_owned(),
+            client_first_bare: format!("n={},r={client_nonce}", escape_saslname(user)),
+            state: State::AwaitServerFirst,
+        }
+    }
+
+    /// True once the server's signature has verified.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    /// "n,,n=,r=<nonce>": the SASLInitialResponse data.
+    pub fn client_first(&self) -> Vec<u8> {
+        format!("n,,{}", self.client_first_bare).into_bytes()
+    }
+
+    /// server-first-message (SASLContinue data) -> client-final-message (SASLResponse data).
+    pub fn handle_server_first(&mut self, msg: &[u8]) -> Result<Vec<u8>, ProtocolError> {
+        let State::AwaitServerFirst = mem::replace(&mut self.state, State::Failed) else {
+            return Err(ProtocolError::Scram("unexpected server-first-message"));
+        };
+        let server_first = as_text(msg)?;
+        let sf = parse_server_first(server_first)?;
+        let extends_ours = sf.nonce.len() > self.nonce.len() && sf.nonce.starts_with(&self.nonce);
+        if !extends_ours {
+            return Err(ProtocolError::Scram("nonce mismatch"));
+        }
+        let keys = match &self.credential {
+            ScramCredential::Password(p) => ScramKeys::from_password(p, &sf.salt, sf.iterations),
+            ScramCredential::Keys(k) => k.clone(),
+        };
+        let without_proof = format!("c={CBIND_NONE},r={}", sf.nonce);
+        let auth_message = [
+            self.client_first_bare.as_bytes(),
+            b",",
+            server_first.as_bytes(),
+            b",",
+            without_proof.as_bytes(),
+        ];
+        let client_signature = hmac_sha256(&keys.stored_key(), &auth_message);
+        let proof = xor32(&keys.client_key, &client_signature);
+        let server_signature = hmac_sha256(&keys.server_key, &auth_message);
+        self.state = State::AwaitServerFinal { server_signature };
+        Ok(format!("{without_proof},p={}", b64(&proof)).into_bytes())
+    }
+
+    /// Verifies the server signature (constant time). Err(Scram("invalid server signature")) otherwise.
+    pub fn handle_server_final(&mut self, msg: &[u8]) -> Result<(), ProtocolError> {
+        let State::AwaitServerFinal { server_signature } =
+            mem::replace(&mut self.state, State::Failed)
+        else {
+            return Err(ProtocolError::Scram("unexpected server-final-message"));
+        };
+        match parse_server_final(as_text(msg)?)? {
+            ServerFinal::Error => Err(ProtocolError::Scram("server reported an error")),
+            ServerFinal::Verifier(sig) if constant_time_eq(&sig, &server_signature) => {
+                self.state = State::Done;
+                Ok(())
+            }
+            ServerFinal::Verifier(_) => Err(ProtocolError::Scram("invalid server signature")),
+        }
+    }
+}
+
+impl fmt::Debug for ScramClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::AwaitServerFirst => "await server-first",
+            State::AwaitServerFinal { .. } => "await server-final",
+            State::Done => "done",
+            State::Failed => "failed",
+        };
+        f.debug_struct("ScramClient")
+            .field("credential", &self.credential)
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}
