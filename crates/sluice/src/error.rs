@@ -20,7 +20,7 @@ pub struct ClientNotice {
     pub detail: Option<String>,
     pub hint: Option<String>,
     /// A server's own error, forwarded with all its fields.
-    pub forwarded: Option<ErrorFields>,
+    pub forwarded: Option<Box<ErrorFields>>,
 }
 
 impl ClientNotice {
@@ -45,7 +45,7 @@ impl ClientNotice {
             message: fields.message.clone(),
             detail: fields.detail.clone(),
             hint: fields.hint.clone(),
-            forwarded: Some(fields),
+            forwarded: Some(Box::new(fields)),
         }
     }
 }
@@ -76,7 +76,7 @@ pub enum ServerError {
     #[error("server sent a bad message: {0}")]
     Protocol(#[from] ProtocolError),
     #[error("server login failed: {}", .0.message)]
-    Login(ErrorFields),
+    Login(Box<ErrorFields>),
     #[error("{0}")]
     Auth(String),
     #[error("server closed the connection unexpectedly")]
@@ -84,13 +84,13 @@ pub enum ServerError {
     #[error("unexpected message from server: {0}")]
     Unexpected(String),
     #[error("server error: {}", .0.message)]
-    Query(ErrorFields),
+    Query(Box<ErrorFields>),
 }
 
 impl ServerError {
     pub fn client_notice(&self) -> ClientNotice {
         match self {
-            ServerError::Login(f) | ServerError::Query(f) => ClientNotice::forwarded(f.clone()),
+            ServerError::Login(f) | ServerError::Query(f) => ClientNotice::forwarded((**f).clone()),
             ServerError::Auth(msg) => ClientNotice::new(sqlstate::INVALID_PASSWORD, msg.clone()),
             other => ClientNotice::new(
                 sqlstate::CONNECTION_FAILURE,
@@ -125,7 +125,7 @@ pub enum PoolError {
     DatabaseRemoved,
     /// The pool failed every waiting client with this (e.g. the server refused the login).
     #[error("{}", .0.message)]
-    Rejected(ClientNotice),
+    Rejected(Box<ClientNotice>),
 }
 
 impl PoolError {
@@ -144,7 +144,7 @@ impl PoolError {
             PoolError::DatabaseRemoved => {
                 ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "database removed")
             }
-            PoolError::Rejected(n) => n.clone(),
+            PoolError::Rejected(n) => (**n).clone(),
         }
     }
 }

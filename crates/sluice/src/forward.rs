@@ -8,7 +8,9 @@
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use sluice_config::PoolMode;
@@ -430,9 +432,7 @@ impl<'a> Relay<'a> {
         };
         if self.deadline != Some(at) {
             self.deadline = Some(at);
-            self.sleep
-                .as_mut()
-                .reset(tokio::time::Instant::from_std(at));
+            self.sleep.as_mut().reset(at);
         }
         match self.sleep.as_mut().poll(cx) {
             Poll::Ready(()) => {

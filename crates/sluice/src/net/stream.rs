@@ -3,6 +3,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -42,15 +43,26 @@ impl Stream {
         matches!(self, Stream::Unix(_))
     }
 
-    /// Non-blocking check used before handing an idle server out: Ok(true) means the socket is
-    /// still quiet (no bytes, no EOF), which is the only state in which a pooled server is reusable.
+    /// Non-blocking check used before handing an idle server out: true means the socket is still
+    /// quiet (no bytes, no EOF, no error), the only state in which a pooled server is reusable.
+    /// This asks the kernel (MSG_PEEK) instead of tokio's cached readiness, which may not have seen
+    /// a hang-up yet.
     pub fn is_quiet(&self) -> bool {
-        let mut probe = [0u8; 1];
-        let r = match self {
-            Stream::Tcp(s) => s.try_read(&mut probe),
-            Stream::Unix(s) => s.try_read(&mut probe),
+        let fd = match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
         };
-        matches!(r, Err(ref e) if e.kind() == io::ErrorKind::WouldBlock)
+        let mut probe = [0u8; 1];
+        // SAFETY: recv into a valid 1-byte buffer on a socket fd we own; MSG_PEEK consumes nothing.
+        let r = unsafe {
+            libc::recv(
+                fd,
+                probe.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
     }
 }
 

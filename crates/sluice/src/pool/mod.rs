@@ -14,7 +14,9 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -555,7 +557,7 @@ impl Pool {
         };
         if let Some(n) = notice {
             for w in waiters {
-                let _ = w.tx.send(Err(PoolError::Rejected(n.clone())));
+                let _ = w.tx.send(Err(PoolError::Rejected(Box::new(n.clone()))));
             }
         }
     }
@@ -648,3 +650,6 @@ impl Drop for PooledServer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

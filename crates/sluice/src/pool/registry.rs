@@ -68,10 +68,7 @@ impl PoolRegistry {
         map: &Mutex<HashMap<String, Arc<ConnCounter>>>,
         name: &str,
     ) -> Arc<ConnCounter> {
-        map.lock()
-            .entry(name.to_string())
-            .or_insert_with(ConnCounter::new)
-            .clone()
+        map.lock().entry(name.to_string()).or_default().clone()
     }
 
     pub fn all(&self) -> Vec<Arc<Pool>> {

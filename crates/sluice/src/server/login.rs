@@ -57,7 +57,7 @@ pub async fn login(
                 return Ok(());
             }
             backend_tag::ERROR_RESPONSE => {
-                return Err(ServerError::Login(decode_error_fields(&body)?))
+                return Err(ServerError::Login(Box::new(decode_error_fields(&body)?)))
             }
             backend_tag::NOTICE_RESPONSE | backend_tag::NEGOTIATE_PROTOCOL_VERSION => {}
             other => {
@@ -108,7 +108,7 @@ fn answer_auth(
             encode_password(&md5_response_from_secret(&secret, salt), out);
         }
         Authentication::Sasl { mechanisms } => {
-            if !mechanisms.iter().any(|m| *m == SCRAM) {
+            if !mechanisms.contains(&SCRAM) {
                 return Err(ServerError::Auth(format!(
                     "server offers no supported SASL mechanism ({})",
                     mechanisms.join(", ")

@@ -7,7 +7,7 @@ pub mod query;
 pub mod target;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use bytes::BytesMut;
 use sluice_protocol::{CancelKey, TransactionStatus};

@@ -28,7 +28,7 @@ pub async fn run_simple(
             backend_tag::READY_FOR_QUERY => {
                 conn.status = decode_ready_for_query(&body)?;
                 return match failure {
-                    Some(f) => Err(ServerError::Query(f)),
+                    Some(f) => Err(ServerError::Query(Box::new(f))),
                     None => Ok(()),
                 };
             }

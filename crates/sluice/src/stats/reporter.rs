@@ -6,7 +6,7 @@ use super::StatsSnapshot;
 pub fn stats_line(d: &StatsSnapshot, secs: f64) -> String {
     let secs = if secs <= 0.0 { 1.0 } else { secs };
     let per = |v: u64| (v as f64 / secs).round() as u64;
-    let avg = |total: u64, n: u64| if n == 0 { 0 } else { total / n };
+    let avg = |total: u64, n: u64| total.checked_div(n).unwrap_or(0);
     format!(
         "stats: {} xacts/s, {} queries/s, 0 client parses/s, 0 server parses/s, 0 binds/s, {} client logins/s, in {} B/s, out {} B/s, xact {} us, query {} us, wait {} us",
         per(d.xact_count),

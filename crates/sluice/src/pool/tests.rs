@@ -1,0 +1,284 @@
+//! Pool behaviour on tokio's paused clock with a fake connector: hand-off, limits, waits, reserve,
+//! login failures, idle closing. No sockets to PostgreSQL; servers are Unix socket pairs.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use sluice_config::PoolMode;
+use sluice_protocol::{ErrorFields, ScramKeys};
+use tokio::net::UnixStream;
+
+use super::connector::{ConnectFuture, Connector};
+use super::counter::ConnCounter;
+use super::rules::{PoolLimits, ServerTimeouts};
+use super::*;
+use crate::net::socket::TcpTuning;
+use crate::net::Stream;
+use crate::server::connect::ConnectOptions;
+use crate::server::{ServerAddr, ServerTarget};
+
+/// Opens "servers" after `delay`; fails with a login error while `fail` is set.
+#[derive(Default)]
+struct FakeConnector {
+    delay: Duration,
+    fail: Mutex<Option<ErrorFields>>,
+    opened: AtomicUsize,
+    peers: Mutex<Vec<UnixStream>>,
+}
+
+impl Connector for Arc<FakeConnector> {
+    fn connect(
+        &self,
+        _t: Arc<ServerTarget>,
+        _k: Option<ScramKeys>,
+        _o: ConnectOptions,
+    ) -> ConnectFuture {
+        let me = self.clone();
+        Box::pin(async move {
+            tokio::time::sleep(me.delay).await;
+            if let Some(f) = me.fail.lock().clone() {
+                return Err(ServerError::Login(Box::new(f)));
+            }
+            let (a, b) = UnixStream::pair()?;
+            me.peers.lock().push(b);
+            me.opened.fetch_add(1, Ordering::SeqCst);
+            Ok(ServerConn::new(
+                Stream::Unix(a),
+                ServerAddr::Unix {
+                    path: "/fake".into(),
+                },
+            ))
+        })
+    }
+}
+
+fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
+    PoolSettings {
+        mode: PoolMode::Transaction,
+        limits: PoolLimits {
+            pool_size,
+            min_pool_size: 0,
+            reserve_pool_size: reserve,
+            reserve_pool_timeout: Duration::from_secs(3),
+        },
+        timeouts: ServerTimeouts {
+            lifetime: Some(Duration::from_secs(3600)),
+            idle_timeout: Some(Duration::from_secs(600)),
+        },
+        check_delay: Duration::from_secs(30),
+        check_query: None,
+        reset_query: None,
+        reset_always: false,
+        query_wait_timeout: Some(Duration::from_secs(120)),
+        query_timeout: None,
+        idle_transaction_timeout: None,
+        client_idle_timeout: None,
+        transaction_timeout: None,
+        login_retry: Duration::from_secs(15),
+        round_robin: false,
+        max_db_connections: 0,
+        max_user_connections: 0,
+        connect: ConnectOptions {
+            connect_timeout: Duration::from_secs(15),
+            tcp: TcpTuning::default(),
+            max_packet_size: 1 << 30,
+        },
+        target: Arc::new(ServerTarget::new(
+            vec![],
+            "db".into(),
+            "u".into(),
+            None,
+            vec![],
+            None,
+        )),
+        generation: 1,
+        forced_user: false,
+    }
+}
+
+fn pool_with(s: PoolSettings, fake: &Arc<FakeConnector>, db: Arc<ConnCounter>) -> Arc<Pool> {
+    let key = PoolKey {
+        database: "db".into(),
+        user: "u".into(),
+    };
+    let p = Pool::new(key, s, db, ConnCounter::new(), Arc::new(fake.clone()));
+    p.client_joined();
+    p
+}
+
+fn fake(delay_ms: u64) -> Arc<FakeConnector> {
+    Arc::new(FakeConnector {
+        delay: Duration::from_millis(delay_ms),
+        ..Default::default()
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn reuses_a_released_server() {
+    let f = fake(10);
+    let pool = pool_with(settings(5, 0), &f, ConnCounter::new());
+    let s = pool.checkout().await.unwrap();
+    let id = s.id;
+    pool.release(s, true);
+    let s = pool.checkout().await.unwrap();
+    assert_eq!(s.id, id);
+    assert_eq!(f.opened.load(Ordering::SeqCst), 1);
+    assert_eq!(pool.counts().active, 1);
+    drop(s);
+    assert_eq!(
+        pool.counts().total,
+        0,
+        "a dropped checkout closes the server"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn pool_size_queues_and_release_hands_over() {
+    let f = fake(10);
+    let pool = pool_with(settings(1, 0), &f, ConnCounter::new());
+    let first = pool.checkout().await.unwrap();
+    let p2 = pool.clone();
+    let waiter = tokio::spawn(async move { p2.checkout().await.map(|s| s.id) });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(pool.counts().waiting, 1);
+    assert_eq!(pool.counts().max_wait, Duration::from_secs(1));
+    assert_eq!(
+        f.opened.load(Ordering::SeqCst),
+        1,
+        "pool_size=1 never opens a second server"
+    );
+    let id = first.id;
+    pool.release(first, true);
+    assert_eq!(waiter.await.unwrap().unwrap(), id);
+}
+
+#[tokio::test(start_paused = true)]
+async fn query_wait_timeout_fails_the_waiter() {
+    let f = fake(10);
+    let mut s = settings(1, 0);
+    s.query_wait_timeout = Some(Duration::from_secs(2));
+    let pool = pool_with(s, &f, ConnCounter::new());
+    let _held = pool.checkout().await.unwrap();
+    let start = Instant::now();
+    let err = pool.checkout().await.err().unwrap();
+    assert!(matches!(err, PoolError::WaitTimeout));
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    assert_eq!(pool.counts().waiting, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reserve_pool_after_reserve_pool_timeout() {
+    let f = fake(10);
+    let pool = pool_with(settings(1, 1), &f, ConnCounter::new());
+    let _held = pool.checkout().await.unwrap();
+    let p2 = pool.clone();
+    let waiter = tokio::spawn(async move { p2.checkout().await.map(|_| Instant::now()) });
+    let start = Instant::now();
+    // The janitor re-evaluates growth periodically.
+    for _ in 0..25 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        pool.maintain();
+    }
+    let got = waiter.await.unwrap().unwrap();
+    let waited = got - start;
+    assert!(
+        waited >= Duration::from_secs(3) && waited < Duration::from_millis(3400),
+        "{waited:?}"
+    );
+    assert_eq!(f.opened.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn login_rejection_fails_waiters_then_fast_fails_until_retry() {
+    let f = fake(10);
+    *f.fail.lock() = Some(ErrorFields {
+        severity: "FATAL".into(),
+        code: "28P01".into(),
+        message: "password authentication failed".into(),
+        ..Default::default()
+    });
+    let pool = pool_with(settings(2, 0), &f, ConnCounter::new());
+    match pool.checkout().await {
+        Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "28P01"),
+        other => panic!("expected rejection, got {:?}", other.map(|s| s.id)),
+    }
+    assert!(matches!(
+        pool.checkout().await,
+        Err(PoolError::LoginFailing(_))
+    ));
+    *f.fail.lock() = None;
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    assert!(
+        pool.checkout().await.is_ok(),
+        "after server_login_retry a new login is tried"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_db_connections_is_shared_between_pools() {
+    let f = fake(10);
+    let db = ConnCounter::new();
+    let mut s = settings(5, 0);
+    s.max_db_connections = 1;
+    let a = pool_with(s, &f, db.clone());
+    let mut s = settings(5, 0);
+    s.max_db_connections = 1;
+    s.query_wait_timeout = Some(Duration::from_secs(1));
+    let key = PoolKey {
+        database: "db".into(),
+        user: "other".into(),
+    };
+    let b = Pool::new(key, s, db.clone(), ConnCounter::new(), Arc::new(f.clone()));
+    let held = a.checkout().await.unwrap();
+    assert!(matches!(b.checkout().await, Err(PoolError::WaitTimeout)));
+    assert!(b.counts().total == 0 && db.current() == 1);
+    drop(held);
+    assert!(b.checkout().await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_servers_close_after_server_idle_timeout_but_not_below_min() {
+    let f = fake(1);
+    let mut s = settings(5, 0);
+    s.limits.min_pool_size = 1;
+    let pool = pool_with(s, &f, ConnCounter::new());
+    let a = pool.checkout().await.unwrap();
+    let b = pool.checkout().await.unwrap();
+    pool.release(a, true);
+    pool.release(b, true);
+    assert_eq!(pool.counts().idle, 2);
+    tokio::time::sleep(Duration::from_secs(599)).await;
+    pool.maintain();
+    assert_eq!(pool.counts().idle, 2);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pool.maintain();
+    assert_eq!(pool.counts().idle, 1, "min_pool_size keeps one");
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_generation_replaces_idle_servers() {
+    let f = fake(1);
+    let pool = pool_with(settings(5, 0), &f, ConnCounter::new());
+    let a = pool.checkout().await.unwrap();
+    let old = a.id;
+    pool.release(a, true);
+    let mut s = settings(5, 0);
+    s.generation = 2;
+    pool.update_settings(s);
+    let b = pool.checkout().await.unwrap();
+    assert_ne!(b.id, old);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_idle_server_is_skipped() {
+    let f = fake(1);
+    let pool = pool_with(settings(5, 0), &f, ConnCounter::new());
+    let a = pool.checkout().await.unwrap();
+    let old = a.id;
+    pool.release(a, true);
+    f.peers.lock().clear(); // the "server" hangs up while idle
+    let b = pool.checkout().await.unwrap();
+    assert_ne!(b.id, old);
+}
