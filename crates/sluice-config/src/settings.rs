@@ -15,7 +15,7 @@ declare_settings! {
     /// The `[pgbouncer]` section. Defaults are PgBouncer 1.25's. Durations are `Seconds`, comma lists
     /// `Vec<String>`, "not set" strings `Option<String>`.
     pub struct Settings in PGBOUNCER_SETTINGS {
-        admin_users: Vec<String> = "", reloadable, supported, "Comma list of users allowed all admin console commands.";
+        admin_users: Vec<String> = "", reloadable, unsupported, "Comma list of users allowed all admin console commands.";
         application_name_add_host: bool = "0", reloadable, supported, "Append ' - <addr>:<port>' of the client to application_name at login.";
         auth_dbname: Option<String> = "", reloadable, unsupported, "Database (from [databases]) in which auth_query runs.";
         auth_file: Option<String> = "", reloadable, supported, "userlist file with user names and passwords or SCRAM/md5 secrets.";
@@ -25,7 +25,7 @@ declare_settings! {
         auth_query: String = AUTH_QUERY_DEFAULT, reloadable, unsupported, "Query returning (user, password) for users not in auth_file.";
         auth_type: AuthType = "md5", reloadable, supported, "Client authentication: any, trust, plain, md5, scram-sha-256 (cert, hba, ldap, pam are not implemented yet).";
         auth_user: Option<String> = "", reloadable, unsupported, "User that connects to run auth_query.";
-        autodb_idle_timeout: Seconds = "3600", reloadable, supported, "Seconds after which an unused database created from the '*' entry is freed.";
+        autodb_idle_timeout: Seconds = "3600", reloadable, unsupported, "Seconds after which an unused database created from the '*' entry is freed.";
         cancel_wait_timeout: Seconds = "10", reloadable, supported, "Seconds a cancel request may wait to be forwarded before it is dropped; 0 = no limit.";
         client_idle_timeout: Seconds = "0", reloadable, supported, "Seconds an idle client may stay connected; 0 = no limit.";
         client_login_timeout: Seconds = "60", reloadable, supported, "Seconds a client has to finish login; 0 = no limit.";
@@ -38,11 +38,11 @@ declare_settings! {
         client_tls_key_file: String = "", reloadable, unsupported, "Private key for client_tls_cert_file.";
         client_tls_protocols: String = "secure", reloadable, unsupported, "TLS protocol versions allowed for clients (secure = TLS 1.2 and 1.3).";
         client_tls_sslmode: TlsMode = "disable", reloadable, unsupported, "TLS mode for client connections: disable, allow, prefer, require, verify-ca, verify-full.";
-        conffile: Option<String> = "", reloadable, supported, "Config file read on the next reload (the pooler sets it to the command-line file).";
+        conffile: Option<String> = "", reloadable, unsupported, "Config file read on the next reload (the pooler sets it to the command-line file).";
         default_pool_size: u32 = "20", reloadable, supported, "Server connections per (database, user) pool; 0 = unlimited.";
-        disable_pqexec: bool = "0", fixed, supported, "Reject simple Query messages (only the extended protocol is allowed).";
-        dns_max_ttl: Seconds = "15", reloadable, supported, "Seconds a successful DNS lookup is cached.";
-        dns_nxdomain_ttl: Seconds = "15", reloadable, supported, "Seconds a failed DNS lookup is cached.";
+        disable_pqexec: bool = "0", fixed, unsupported, "Reject simple Query messages (only the extended protocol is allowed).";
+        dns_max_ttl: Seconds = "15", reloadable, unsupported, "Seconds a successful DNS lookup is cached.";
+        dns_nxdomain_ttl: Seconds = "15", reloadable, unsupported, "Seconds a failed DNS lookup is cached.";
         dns_zone_check_period: Seconds = "0", reloadable, unsupported, "Seconds between DNS zone serial checks; 0 = off.";
         idle_transaction_timeout: Seconds = "0", reloadable, supported, "Seconds a server may stay idle in transaction before it is closed; 0 = no limit.";
         ignore_startup_parameters: Vec<String> = "", reloadable, supported, "Comma list of startup parameters to ignore instead of rejecting ('options' ignores unknown -c settings).";
@@ -66,21 +66,21 @@ declare_settings! {
         min_pool_size: u32 = "0", reloadable, supported, "Keep at least this many server connections per pool.";
         peer_id: u16 = "0", reloadable, unsupported, "Id of this process in a peer group; 0 = peering off.";
         pidfile: Option<String> = "", fixed, supported, "PID file; unset = none.";
-        pkt_buf: u32 = "4096", fixed, supported, "Per-connection I/O buffer size (bytes).";
+        pkt_buf: u32 = "4096", fixed, unsupported, "Per-connection I/O buffer size (bytes).";
         pool_idle_timeout: Seconds = "0", reloadable, unsupported, "Seconds after which a pool without clients or servers is freed; 0 = off.";
         pool_mode: PoolMode = "session", reloadable, supported, "When a server goes back to the pool: session, transaction, statement.";
         query_timeout: Seconds = "0", reloadable, supported, "Seconds a query may run before its server connection is closed; 0 = no limit.";
-        query_wait_notify: u32 = "5", reloadable, supported, "Whole seconds a queued client waits before a NOTICE tells it so; 0 = off.";
+        query_wait_notify: u32 = "5", reloadable, unsupported, "Whole seconds a queued client waits before a NOTICE tells it so; 0 = off.";
         query_wait_timeout: Seconds = "120", reloadable, supported, "Seconds a client may wait for a server before it is disconnected; 0 = no limit.";
         reserve_pool_size: u32 = "0", reloadable, supported, "Extra server connections per pool once a client waited reserve_pool_timeout.";
         reserve_pool_timeout: Seconds = "5", reloadable, supported, "Seconds a client waits before the reserve pool is used.";
         resolv_conf: String = "", fixed, unsupported, "Custom resolv.conf for the DNS resolver.";
-        sbuf_loopcnt: u32 = "5", reloadable, supported, "Read/forward rounds per connection before yielding; 0 = unlimited.";
+        sbuf_loopcnt: u32 = "5", reloadable, unsupported, "Read/forward rounds per connection before yielding; 0 = unlimited.";
         scram_iterations: u32 = "4096", reloadable, unsupported, "Iterations for SCRAM secrets the pooler computes.";
         server_check_delay: Seconds = "30", reloadable, supported, "Seconds of idleness after which a server is checked with server_check_query before reuse.";
         server_check_query: ServerCheckQuery = "<empty>", reloadable, supported, "Liveness query; <empty> = send an empty query, empty value = no checks.";
         server_connect_timeout: Seconds = "15", reloadable, supported, "Seconds allowed for server connect and login.";
-        server_fast_close: bool = "0", reloadable, supported, "Session mode: close servers marked for reconnect at the end of the current transaction.";
+        server_fast_close: bool = "0", reloadable, unsupported, "Session mode: close servers marked for reconnect at the end of the current transaction.";
         server_idle_timeout: Seconds = "600", reloadable, supported, "Seconds an idle server may stay open; 0 = no limit.";
         server_lifetime: Seconds = "3600", reloadable, supported, "Seconds after which an unused server is closed; 0 = use once.";
         server_login_retry: Seconds = "15", reloadable, supported, "Seconds to wait before retrying after a failed server connect or login.";
@@ -97,12 +97,12 @@ declare_settings! {
         service_name: String = "pgbouncer", fixed, unsupported, "Windows service name (alias of job_name).";
         so_reuseport: bool = "0", fixed, supported, "Set SO_REUSEPORT on TCP listeners.";
         stats_period: u32 = "60", reloadable, supported, "Whole seconds between statistics averages and stats log lines.";
-        stats_users: Vec<String> = "", reloadable, supported, "Comma list of users allowed read-only admin console commands.";
+        stats_users: Vec<String> = "", reloadable, unsupported, "Comma list of users allowed read-only admin console commands.";
         suspend_timeout: Seconds = "10", reloadable, unsupported, "Seconds to flush buffers during SUSPEND before dropping laggards.";
         syslog: bool = "0", reloadable, unsupported, "Also log to syslog.";
         syslog_facility: String = "daemon", reloadable, unsupported, "Syslog facility.";
         syslog_ident: String = "pgbouncer", reloadable, unsupported, "Syslog ident.";
-        tcp_defer_accept: bool = TCP_DEFER_ACCEPT_DEFAULT, reloadable, supported, "Set TCP_DEFER_ACCEPT on TCP listeners.";
+        tcp_defer_accept: bool = TCP_DEFER_ACCEPT_DEFAULT, reloadable, unsupported, "Set TCP_DEFER_ACCEPT on TCP listeners.";
         tcp_keepalive: bool = "1", reloadable, supported, "Set SO_KEEPALIVE on TCP connections.";
         tcp_keepcnt: u32 = "0", reloadable, supported, "TCP_KEEPCNT; 0 = OS default.";
         tcp_keepidle: u32 = "0", reloadable, supported, "TCP_KEEPIDLE seconds; 0 = OS default.";
