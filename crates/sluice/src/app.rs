@@ -121,7 +121,12 @@ impl App {
                 continue;
             };
             let old = pool.settings();
-            let secret = self.credentials.lookup(&pool.key.user);
+            let listed = self.credentials.lookup(&pool.key.user);
+            let secret = if listed == old.listed_secret && db.user.is_none() {
+                old.target.secret.clone()
+            } else {
+                listed.clone()
+            };
             let target = resolve::server_target(&cfg, &db, &pool.key.user, secret);
             let generation = if target.same_login(&old.target) {
                 old.generation

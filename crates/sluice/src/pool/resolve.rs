@@ -167,5 +167,6 @@ pub fn pool_settings(
         target: Arc::new(target),
         generation,
         forced_user: db.user.is_some(),
+        listed_secret: None,
     }
 }

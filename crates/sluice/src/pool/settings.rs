@@ -39,6 +39,10 @@ pub struct PoolSettings {
     pub generation: u64,
     /// The db entry forces the server user (min_pool_size then applies without clients).
     pub forced_user: bool,
+    /// The login user's auth_file secret when the pool was configured. The server login may use a
+    /// better credential learned at client login (a verified cleartext password); reload keeps that
+    /// credential unless the auth_file entry itself changed.
+    pub listed_secret: Option<sluice_protocol::StoredSecret>,
 }
 
 impl PoolSettings {

@@ -95,6 +95,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
         )),
         generation: 1,
         forced_user: false,
+        listed_secret: None,
     }
 }
 
