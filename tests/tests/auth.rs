@@ -466,7 +466,7 @@ async fn scram_secret_cannot_log_in_to_an_md5_server() {
 }
 
 #[tokio::test]
-#[ignore = "sluice bug: missing SCRAM keys reported without 'wrong password type' (PgBouncer: \"server login failed: wrong password type\")"]
+
 async fn scram_secret_without_client_scram_keys_fails_with_wrong_password_type() {
     let pg = PgCluster::get();
     let scram = pg.stored_secret("scram_user");

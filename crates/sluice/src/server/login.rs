@@ -88,23 +88,23 @@ fn answer_auth(
         Authentication::CleartextPassword => match &target.secret {
             Some(StoredSecret::Plain(p)) => encode_password(p, out),
             Some(_) => {
-                return Err(ServerError::Auth(
-                    "server asks for a cleartext password but only a hashed secret is known".into(),
-                ))
+                return Err(ServerError::Auth(wrong_type(
+                    "server asks for a cleartext password but only a hashed secret is known",
+                )))
             }
             None => return Err(missing()),
         },
         Authentication::Md5Password { salt } => {
-            let secret =
-                match &target.secret {
-                    Some(StoredSecret::Plain(p)) => md5_secret(&target.user, p),
-                    Some(StoredSecret::Md5(s)) => s.clone(),
-                    Some(StoredSecret::Scram(_)) => return Err(ServerError::Auth(
-                        "server asks for md5 but the stored secret is SCRAM (wrong password type)"
-                            .into(),
-                    )),
-                    None => return Err(missing()),
-                };
+            let secret = match &target.secret {
+                Some(StoredSecret::Plain(p)) => md5_secret(&target.user, p),
+                Some(StoredSecret::Md5(s)) => s.clone(),
+                Some(StoredSecret::Scram(_)) => {
+                    return Err(ServerError::Auth(wrong_type(
+                        "server asks for md5 but the stored secret is SCRAM",
+                    )))
+                }
+                None => return Err(missing()),
+            };
             encode_password(&md5_response_from_secret(&secret, salt), out);
         }
         Authentication::Sasl { mechanisms } => {
@@ -117,15 +117,13 @@ fn answer_auth(
             let credential = match (&target.secret, keys) {
                 (Some(StoredSecret::Plain(p)), _) => ScramCredential::Password(p.clone()),
                 (Some(StoredSecret::Scram(_)), Some(k)) => ScramCredential::Keys(k.clone()),
-                (Some(StoredSecret::Scram(_)), None) => return Err(ServerError::Auth(
-                    "password is SCRAM secret but client authentication did not provide SCRAM keys"
-                        .into(),
-                )),
+                (Some(StoredSecret::Scram(_)), None) => return Err(ServerError::Auth(wrong_type(
+                    "password is SCRAM secret but client authentication did not provide SCRAM keys",
+                ))),
                 (Some(StoredSecret::Md5(_)), _) => {
-                    return Err(ServerError::Auth(
-                        "server asks for SCRAM but the stored secret is md5 (wrong password type)"
-                            .into(),
-                    ))
+                    return Err(ServerError::Auth(wrong_type(
+                        "server asks for SCRAM but the stored secret is md5",
+                    )))
                 }
                 (None, _) => return Err(missing()),
             };
@@ -155,4 +153,9 @@ fn answer_auth(
         }
     }
     Ok(())
+}
+
+/// PgBouncer's wording ("server login failed: wrong password type") with the reason appended.
+fn wrong_type(why: &str) -> String {
+    format!("server login failed: wrong password type ({why})")
 }
