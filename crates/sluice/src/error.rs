@@ -50,18 +50,17 @@ impl ClientNotice {
     }
 }
 
-/// SQLSTATEs the pooler uses itself.
+/// SQLSTATEs the pooler uses itself. Like PgBouncer, pooler-side refusals (unknown database,
+/// connection limits, timeouts) are FATAL 08P01; server errors are forwarded with their own code.
 pub mod sqlstate {
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     pub const INVALID_PASSWORD: &str = "28P01";
     pub const INVALID_AUTHORIZATION: &str = "28000";
-    pub const TOO_MANY_CONNECTIONS: &str = "53300";
     pub const CONNECTION_FAILURE: &str = "08006";
     pub const CANNOT_CONNECT_NOW: &str = "57P03";
     pub const ADMIN_SHUTDOWN: &str = "57P01";
     pub const QUERY_CANCELED: &str = "57014";
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
-    pub const INVALID_DATABASE: &str = "3D000";
     pub const CONFIG_ERROR: &str = "F0000";
     pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
 }

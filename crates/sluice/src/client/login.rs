@@ -46,7 +46,7 @@ pub async fn login(
     let auth = authenticate(app, client, &info.user).await?;
     let Some(db) = db else {
         return Err(EndReason::Error(ClientNotice::new(
-            sqlstate::INVALID_DATABASE,
+            sqlstate::PROTOCOL_VIOLATION,
             format!("no such database: {}", info.database),
         )));
     };
@@ -171,13 +171,13 @@ fn check_client_limits(
     }
     if db_limit != 0 && db_clients >= db_limit {
         return Err(EndReason::Error(ClientNotice::new(
-            sqlstate::TOO_MANY_CONNECTIONS,
+            sqlstate::PROTOCOL_VIOLATION,
             "no more connections allowed (max_db_client_connections)",
         )));
     }
     if user_limit != 0 && user_clients >= user_limit {
         return Err(EndReason::Error(ClientNotice::new(
-            sqlstate::TOO_MANY_CONNECTIONS,
+            sqlstate::PROTOCOL_VIOLATION,
             "no more connections allowed (max_user_client_connections)",
         )));
     }

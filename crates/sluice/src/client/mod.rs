@@ -156,7 +156,7 @@ async fn run(app: &Arc<App>, client: &mut ClientConn, count: usize) -> EndReason
         };
         if count > cfg.settings.max_client_conn as usize && cfg.settings.max_client_conn != 0 {
             return Err(EndReason::Error(ClientNotice::new(
-                crate::error::sqlstate::TOO_MANY_CONNECTIONS,
+                crate::error::sqlstate::PROTOCOL_VIOLATION,
                 "no more connections allowed (max_client_conn)",
             )));
         }
