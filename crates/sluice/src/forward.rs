@@ -404,7 +404,7 @@ impl<'a> Relay<'a> {
         let t = &self.timeouts;
         if self.pending_rfq > 0 || self.unsynced {
             if let (Some(q), Some(start)) = (t.query_timeout, self.query_started) {
-                return Some((start + q, "query_timeout"));
+                return Some((start + q, "query timeout"));
             }
         } else if self.server.status != TransactionStatus::Idle {
             let idle = t
@@ -439,7 +439,7 @@ impl<'a> Relay<'a> {
                 let server_clean = reason == "client_idle_timeout" && self.server_clean();
                 let code = if reason == "idle transaction timeout" {
                     sqlstate::IDLE_IN_TRANSACTION_TIMEOUT
-                } else if reason == "query_timeout" {
+                } else if reason == "query timeout" {
                     sqlstate::QUERY_CANCELED
                 } else {
                     sqlstate::PROTOCOL_VIOLATION

@@ -73,6 +73,8 @@ impl ClientConn {
 /// How a client session ended, for the disconnect log line.
 #[derive(Debug)]
 pub enum EndReason {
+    /// Closed (or a cancel request) before any startup packet: TCP health checks, not logged.
+    NoSession,
     ClientClosed,
     LoginTimeout,
     Error(ClientNotice),
@@ -131,11 +133,11 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
                 ))
                 .await;
         }
-        EndReason::ClientClosed => {}
+        EndReason::ClientClosed | EndReason::NoSession => {}
     }
-    if cfg.settings.log_disconnections {
+    if cfg.settings.log_disconnections && !matches!(reason, EndReason::NoSession) {
         let why = match &reason {
-            EndReason::ClientClosed => "client close request".to_string(),
+            EndReason::ClientClosed | EndReason::NoSession => "client close request".to_string(),
             EndReason::LoginTimeout => "client_login_timeout".to_string(),
             EndReason::Error(n) => n.message.clone(),
             EndReason::Shutdown => "server shutting down".to_string(),
@@ -151,7 +153,7 @@ async fn run(app: &Arc<App>, client: &mut ClientConn, count: usize) -> EndReason
     let login = async {
         let info = match startup::read_startup(app, client).await {
             Ok(startup::Startup::Login(info)) => info,
-            Ok(startup::Startup::Done) => return Err(EndReason::ClientClosed),
+            Ok(startup::Startup::Done) => return Err(EndReason::NoSession),
             Err(e) => return Err(e),
         };
         if count > cfg.settings.max_client_conn as usize && cfg.settings.max_client_conn != 0 {
