@@ -12,6 +12,7 @@ use rand::RngCore;
 use sluice_config::{Config, ConfigError};
 
 use crate::cancel::CancelRegistry;
+use crate::client::registry::ClientRegistry;
 use crate::credentials::Credentials;
 use crate::lifecycle::Lifecycle;
 use crate::pool::connector::Connector;
@@ -25,6 +26,8 @@ pub struct App {
     pub credentials: Credentials,
     pub pools: PoolRegistry,
     pub cancels: Arc<CancelRegistry>,
+    /// Live clients (SHOW CLIENTS, KILL_CLIENT).
+    pub registry: Arc<ClientRegistry>,
     pub lifecycle: Lifecycle,
     /// track_extra_parameters is not reloadable, so the tracked set is fixed at start.
     pub tracked: TrackedSet,
@@ -53,6 +56,7 @@ impl App {
             credentials,
             pools: PoolRegistry::new(connector),
             cancels: Arc::new(CancelRegistry::default()),
+            registry: Arc::new(ClientRegistry::default()),
             lifecycle: Lifecycle::default(),
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),

@@ -9,6 +9,7 @@ use sluice_protocol::{
 };
 
 use super::auth::authenticate;
+use super::registry::ClientEntry;
 use super::startup::StartupInfo;
 use super::{ClientConn, EndReason};
 use crate::app::App;
@@ -21,6 +22,8 @@ use crate::stats::PoolStats;
 /// A logged-in client's place: its pool, its expected parameters, its cancel key.
 pub struct Session {
     pub pool: Arc<Pool>,
+    /// This client's registry entry (state for SHOW CLIENTS, kill switch).
+    pub entry: Arc<ClientEntry>,
     pub params: ParamMap,
     pub cancel: CancelHandle,
     /// Leaves the pool's client count on drop.
@@ -39,6 +42,7 @@ pub async fn login(
     app: &Arc<App>,
     client: &mut ClientConn,
     info: StartupInfo,
+    entry: Arc<ClientEntry>,
 ) -> Result<Session, EndReason> {
     let cfg = app.config();
     let db = resolve::find_database(&cfg, &info.database);
@@ -135,8 +139,12 @@ pub async fn login(
             info.user
         );
     }
+    let _ = entry
+        .identity
+        .set((info.database.clone(), info.user.clone()));
     Ok(Session {
         pool,
+        entry,
         params,
         cancel,
         _member: member,

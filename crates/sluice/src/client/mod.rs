@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod login;
+pub mod registry;
 pub mod session;
 pub mod startup;
 
@@ -102,8 +103,10 @@ impl Drop for ClientGuard {
 /// Serve one accepted connection to completion.
 pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
     let (_guard, count) = ClientGuard::new(&app);
-    let mut client = ClientConn::new(app.next_client_id(), stream, peer);
-    let reason = run(&app, &mut client, count).await;
+    let id = app.next_client_id();
+    let registration = app.registry.register(id, peer.clone());
+    let mut client = ClientConn::new(id, stream, peer);
+    let reason = run(&app, &mut client, count, &registration.entry).await;
     let cfg = app.config();
     match &reason {
         EndReason::Error(n) => {
@@ -147,7 +150,12 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
     let _ = client.stream.shutdown().await;
 }
 
-async fn run(app: &Arc<App>, client: &mut ClientConn, count: usize) -> EndReason {
+async fn run(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    count: usize,
+    entry: &Arc<registry::ClientEntry>,
+) -> EndReason {
     let cfg = app.config();
     let login_timeout = cfg.settings.client_login_timeout.as_duration();
     let login = async {
@@ -162,7 +170,7 @@ async fn run(app: &Arc<App>, client: &mut ClientConn, count: usize) -> EndReason
                 "no more connections allowed (max_client_conn)",
             )));
         }
-        login::login(app, client, info).await
+        login::login(app, client, info, entry.clone()).await
     };
     let session = match login_timeout {
         Some(t) => match tokio::time::timeout(t, login).await {

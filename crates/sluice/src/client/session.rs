@@ -2,6 +2,7 @@
 //! and relaying until the pool mode says the server goes back (transaction/statement) or the client
 //! leaves (session). Every way out decides whether the server is clean enough to reuse.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,8 +10,10 @@ use sluice_config::PoolMode;
 use sluice_protocol::{frontend_tag, peek_header};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::login::Session;
+use super::registry::ClientState;
 use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::error::{sqlstate, ClientNotice};
@@ -22,6 +25,7 @@ use crate::server::query;
 
 enum Idle {
     Request,
+    Killed,
     Terminate,
     Closed,
     Timeout,
@@ -35,7 +39,8 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
         let settings = s.pool.settings();
         let max_packet = settings.connect.max_packet_size;
         let idle_limit = settings.client_idle_timeout;
-        match wait_for_request(client, max_packet, idle_limit, &mut phase).await {
+        s.entry.set_state(ClientState::Idle);
+        match wait_for_request(client, max_packet, idle_limit, &mut phase, &s.entry.kill).await {
             Idle::Request => {}
             Idle::Terminate | Idle::Closed => return EndReason::ClientClosed,
             Idle::Timeout => {
@@ -48,14 +53,22 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
             Idle::Bad(m) => {
                 return EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, m))
             }
+            Idle::Killed => return killed(),
         }
         if app.lifecycle.phase() == Phase::WaitForServers {
             return EndReason::Shutdown;
         }
-        let mut server = match s.pool.checkout().await {
+        s.entry.set_state(ClientState::Waiting);
+        let checkout = tokio::select! {
+            r = s.pool.checkout() => r,
+            _ = s.entry.kill.cancelled() => return killed(),
+        };
+        let mut server = match checkout {
             Ok(server) => server,
             Err(e) => return EndReason::Error(e.client_notice()),
         };
+        s.entry.set_state(ClientState::Active);
+        s.entry.server_id.store(server.id, Ordering::Relaxed);
         if let Some(sql) = set_statement(&app.tracked, &s.params, &server.params) {
             if let Err(e) = query::run_simple(&mut server, &sql, max_packet).await {
                 tracing::warn!(
@@ -76,7 +89,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
             transaction_timeout: settings.transaction_timeout,
             client_idle_timeout: settings.client_idle_timeout,
         };
-        let end = Relay::new(
+        let relay = Relay::new(
             client,
             &mut server,
             &mut s.params,
@@ -85,10 +98,14 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
             settings.mode,
             max_packet,
             timeouts,
-        )
-        .run()
-        .await;
+        );
+        // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
+        let end = tokio::select! {
+            end = relay.run() => end,
+            _ = s.entry.kill.cancelled() => RelayEnd::Fatal { notice: killed_notice(), server_clean: false },
+        };
         s.cancel.slot.unlink();
+        s.entry.server_id.store(0, Ordering::Relaxed);
         match end {
             RelayEnd::Released => {
                 let reset = settings
@@ -134,6 +151,14 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
     }
 }
 
+fn killed_notice() -> ClientNotice {
+    ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "admin forced disconnect")
+}
+
+fn killed() -> EndReason {
+    EndReason::Error(killed_notice())
+}
+
 /// Return a clean server, after the reset query when one applies; a failing reset closes it.
 async fn give_back(
     pool: &Arc<Pool>,
@@ -157,6 +182,7 @@ async fn wait_for_request(
     max_packet: usize,
     idle_limit: Option<Duration>,
     phase: &mut watch::Receiver<Phase>,
+    kill: &CancellationToken,
 ) -> Idle {
     let deadline = idle_limit.map(|d| tokio::time::Instant::now() + d);
     loop {
@@ -181,6 +207,7 @@ async fn wait_for_request(
                 Ok(_) => {}
             },
             _ = sleep => return Idle::Timeout,
+            _ = kill.cancelled() => return Idle::Killed,
             changed = phase.changed() => {
                 if changed.is_err() || *phase.borrow() == Phase::Exit || *phase.borrow() == Phase::WaitForServers {
                     return Idle::Shutdown;

@@ -1,0 +1,119 @@
+//! Live clients, for SHOW CLIENTS and KILL_CLIENT: each client publishes its state here, and the
+//! registry can ask one to disconnect.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::net::PeerAddr;
+
+/// PgBouncer's client states (SHOW CLIENTS `state`, SHOW POOLS cl_* columns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ClientState {
+    /// Startup and authentication.
+    Login = 0,
+    /// Logged in, not linked to a server (PgBouncer 1.25 shows these as `idle`).
+    Idle = 1,
+    /// Queued for a server.
+    Waiting = 2,
+    /// Linked to a server.
+    Active = 3,
+}
+
+impl ClientState {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => ClientState::Idle,
+            2 => ClientState::Waiting,
+            3 => ClientState::Active,
+            _ => ClientState::Login,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientState::Login => "login",
+            ClientState::Idle => "idle",
+            ClientState::Waiting => "waiting",
+            ClientState::Active => "active",
+        }
+    }
+}
+
+/// What the rest of the pooler can see of one client.
+#[derive(Debug)]
+pub struct ClientEntry {
+    pub id: u64,
+    pub peer: PeerAddr,
+    pub connect_time: SystemTime,
+    /// (database, user) once logged in.
+    pub identity: OnceLock<(String, String)>,
+    state: AtomicU8,
+    /// Id of the linked server, 0 when unlinked.
+    pub server_id: AtomicU64,
+    /// Cancelled to make the client disconnect ("admin forced disconnect").
+    pub kill: CancellationToken,
+}
+
+impl ClientEntry {
+    pub fn state(&self) -> ClientState {
+        ClientState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    pub fn set_state(&self, s: ClientState) {
+        self.state.store(s as u8, Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct ClientRegistry {
+    clients: Mutex<HashMap<u64, Arc<ClientEntry>>>,
+}
+
+impl ClientRegistry {
+    pub fn register(self: &Arc<Self>, id: u64, peer: PeerAddr) -> Registration {
+        let entry = Arc::new(ClientEntry {
+            id,
+            peer,
+            connect_time: SystemTime::now(),
+            identity: OnceLock::new(),
+            state: AtomicU8::new(ClientState::Login as u8),
+            server_id: AtomicU64::new(0),
+            kill: CancellationToken::new(),
+        });
+        self.clients.lock().insert(id, entry.clone());
+        Registration {
+            entry,
+            registry: self.clone(),
+        }
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<ClientEntry>> {
+        self.clients.lock().get(&id).cloned()
+    }
+
+    /// Snapshot of all clients, ordered by id.
+    pub fn all(&self) -> Vec<Arc<ClientEntry>> {
+        let mut v: Vec<_> = self.clients.lock().values().cloned().collect();
+        v.sort_by_key(|e| e.id);
+        v
+    }
+}
+
+/// A client's presence in the registry; removed on drop.
+#[derive(Debug)]
+pub struct Registration {
+    pub entry: Arc<ClientEntry>,
+    registry: Arc<ClientRegistry>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry.clients.lock().remove(&self.entry.id);
+    }
+}
