@@ -13,6 +13,7 @@ pub mod logging;
 pub mod net;
 pub mod pool;
 pub mod server;
+pub mod session_state;
 pub mod stats;
 
 use std::sync::Arc;
