@@ -1,2 +1,19 @@
 //! Session-state classification of SQL sent in transaction/statement mode: a cheap lexer and a
 //! classifier that say which statements create, change or clear state tied to a server session.
+//!
+//! Pure and IO-free; see docs/session-state.md for what the pooler does with each kind.
+
+mod classify;
+mod kind;
+pub mod lexer;
+pub mod policy;
+mod scan;
+
+pub use classify::{
+    classify, classify_with, might_affect_session, might_affect_session_with, LexOptions,
+    Statements,
+};
+pub use kind::{DiscardTarget, Ident, NameOrAll, SetName, Statement, StatementKind};
+
+#[cfg(test)]
+mod tests;

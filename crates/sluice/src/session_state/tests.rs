@@ -1,0 +1,1061 @@
+//! Unit tests of the session-state lexer, classifier and policy.
+
+use std::borrow::Cow;
+
+use super::lexer::{Lexer, Splitter, TokenKind};
+use super::policy::{action, Action, Feature};
+use super::*;
+use StatementKind as K;
+
+fn kinds(sql: &str) -> Vec<StatementKind<'_>> {
+    classify(sql).map(|s| s.kind).collect()
+}
+
+/// The single kind of a one-statement query.
+fn one(sql: &str) -> StatementKind<'_> {
+    let k = kinds(sql);
+    assert_eq!(k.len(), 1, "{sql:?} -> {k:?}");
+    k.into_iter().next().unwrap()
+}
+
+fn id(s: &str) -> Ident<'_> {
+    Ident(s.as_bytes())
+}
+
+fn param(s: &str) -> SetName<'_> {
+    SetName::Param(Cow::Borrowed(s))
+}
+
+fn set<'a>(name: SetName<'a>, value: &'a str, local: bool) -> StatementKind<'a> {
+    K::Set {
+        name,
+        value_text: value.as_bytes(),
+        local,
+    }
+}
+
+fn texts(sql: &str) -> Vec<&str> {
+    classify(sql)
+        .map(|s| std::str::from_utf8(s.text).unwrap())
+        .collect()
+}
+
+// ---- lexer ----
+
+fn tokens(sql: &str) -> Vec<(TokenKind, &str)> {
+    Lexer::new(sql.as_bytes())
+        .map(|t| (t.kind, std::str::from_utf8(t.text).unwrap()))
+        .collect()
+}
+
+#[test]
+fn lexer_token_kinds() {
+    use TokenKind::*;
+    assert_eq!(
+        tokens("SELECT a1$b, \"X\"\"y\", 'it''s', E'\\'', $1, 1.5e3, .5 ;"),
+        vec![
+            (Word, "SELECT"),
+            (Word, "a1$b"),
+            (Op, ","),
+            (QuotedIdent, "\"X\"\"y\""),
+            (Op, ","),
+            (String, "'it''s'"),
+            (Op, ","),
+            (String, "E'\\''"),
+            (Op, ","),
+            (Param, "$1"),
+            (Op, ","),
+            (Number, "1.5e3"),
+            (Op, ","),
+            (Number, ".5"),
+            (Semicolon, ";"),
+        ]
+    );
+}
+
+#[test]
+fn lexer_prefixed_strings_and_dollar_quotes() {
+    use TokenKind::*;
+    assert_eq!(
+        tokens("B'01' X'ff' N'n' U&'d\\0061' U&\"i\" $$a;b$$ $t$ $$ ; $t$ $x"),
+        vec![
+            (String, "B'01'"),
+            (String, "X'ff'"),
+            (String, "N'n'"),
+            (String, "U&'d\\0061'"),
+            (QuotedIdent, "U&\"i\""),
+            (String, "$$a;b$$"),
+            (String, "$t$ $$ ; $t$"),
+            (Op, "$"),
+            (Word, "x"),
+        ]
+    );
+}
+
+#[test]
+fn lexer_skips_comments_nested_and_line() {
+    use TokenKind::*;
+    assert_eq!(
+        tokens("/* a /* nested ; */ still; */ x -- LISTEN y;\r\n y --"),
+        vec![(Word, "x"), (Word, "y")]
+    );
+    assert_eq!(tokens("a/* unterminated /* x */"), vec![(Word, "a")]);
+    assert_eq!(tokens("a - -1 / 2"), {
+        vec![
+            (Word, "a"),
+            (Op, "-"),
+            (Op, "-"),
+            (Number, "1"),
+            (Op, "/"),
+            (Number, "2"),
+        ]
+    });
+}
+
+#[test]
+fn lexer_unterminated_tokens_run_to_end() {
+    use TokenKind::*;
+    assert_eq!(tokens("'abc; LISTEN x"), vec![(String, "'abc; LISTEN x")]);
+    assert_eq!(tokens("\"abc; x"), vec![(QuotedIdent, "\"abc; x")]);
+    assert_eq!(tokens("$q$ abc; x"), vec![(String, "$q$ abc; x")]);
+    assert_eq!(tokens("E'\\"), vec![(String, "E'\\")]);
+}
+
+#[test]
+fn lexer_backslash_quotes_only_without_standard_conforming_strings() {
+    let sql = b"'a\\'; LISTEN x; --'";
+    let on: Vec<_> = Lexer::with_scs(sql, true).map(|t| t.kind).collect();
+    let off: Vec<_> = Lexer::with_scs(sql, false).map(|t| t.kind).collect();
+    assert_eq!(on[0], TokenKind::String);
+    assert_eq!(on[1], TokenKind::Semicolon);
+    assert_eq!(off, vec![TokenKind::String]);
+}
+
+#[test]
+fn splitter_top_level_semicolons() {
+    let src = "SELECT 1; ; SELECT '2;' ;SELECT (3;4); -- c\n";
+    let spans: Vec<_> = Splitter::new(Lexer::new(src.as_bytes()))
+        .map(|s| &src[s.start..s.end])
+        .collect();
+    assert_eq!(spans, vec!["SELECT 1", "SELECT '2;'", "SELECT (3;4)"]);
+}
+
+#[test]
+fn splitter_keeps_sql_standard_function_bodies_whole() {
+    let src = "CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql \
+               BEGIN ATOMIC SELECT CASE WHEN true THEN 1 END; SELECT 2; END; END";
+    let spans: Vec<_> = Splitter::new(Lexer::new(src.as_bytes()))
+        .map(|s| &src[s.start..s.end])
+        .collect();
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    assert!(spans[0].ends_with("SELECT 2; END"));
+    assert_eq!(spans[1], "END");
+    // Outside CREATE FUNCTION, BEGIN is a statement of its own.
+    assert_eq!(kinds("BEGIN; SELECT 1; END").len(), 3);
+}
+
+// ---- plain statements and the fast path ----
+
+#[test]
+fn plain_statements() {
+    for sql in [
+        "SELECT 1",
+        "select * from t where a = 'x'",
+        "INSERT INTO t VALUES (1)",
+        "UPDATE t SET a = 1",
+        "DELETE FROM t",
+        "WITH a AS (SELECT 1) SELECT * FROM a",
+        "VALUES (1)",
+        "TABLE t",
+        "SHOW search_path",
+        "COPY t FROM STDIN",
+        "FETCH 10 FROM c",
+        "NOTIFY ch, 'x'",
+        "ALTER ROLE r SET search_path = a",
+        "CREATE UNLOGGED TABLE t (a int)",
+        "CREATE TABLE t (a int)",
+        "CREATE TABLE template (temperature int)",
+        "SELECT temp FROM temps",
+        "DO $$ BEGIN PERFORM pg_advisory_lock(1); END $$",
+        "(SELECT 1)",
+        "SELECT pg_advisory_lock",
+        "SELECT my_pg_advisory_lock(1)",
+        "START something",
+    ] {
+        assert_eq!(one(sql), K::Plain, "{sql}");
+        assert!(!might_affect_session(sql), "{sql}");
+    }
+}
+
+#[test]
+fn empty_queries_yield_nothing() {
+    for sql in [
+        "",
+        "   ",
+        ";",
+        " ; ;\n",
+        "-- only a comment",
+        "/* x */ ; /* y */",
+    ] {
+        assert!(kinds(sql).is_empty(), "{sql:?}");
+        assert!(!might_affect_session(sql));
+    }
+}
+
+#[test]
+fn fast_path_text_and_index() {
+    let s: Vec<_> = classify("  \n SELECT 1 \n\t").collect();
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].index, 0);
+    assert_eq!(s[0].text, b"SELECT 1");
+    assert_eq!(texts("SELECT 1 -- trailing"), vec!["SELECT 1"]);
+    assert_eq!(texts("/* lead */ SELECT 1 /* trail */"), vec!["SELECT 1"]);
+}
+
+// ---- transaction control ----
+
+#[test]
+fn transaction_control() {
+    assert_eq!(one("BEGIN"), K::Begin);
+    assert_eq!(one("begin work"), K::Begin);
+    assert_eq!(
+        one("BEGIN TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+        K::Begin
+    );
+    assert_eq!(one("START TRANSACTION READ ONLY"), K::Begin);
+    assert_eq!(one("COMMIT"), K::Commit { chain: false });
+    assert_eq!(one("commit work"), K::Commit { chain: false });
+    assert_eq!(one("END TRANSACTION"), K::Commit { chain: false });
+    assert_eq!(one("COMMIT AND CHAIN"), K::Commit { chain: true });
+    assert_eq!(one("COMMIT AND NO CHAIN"), K::Commit { chain: false });
+    assert_eq!(one("ROLLBACK"), K::Rollback { chain: false });
+    assert_eq!(one("ABORT"), K::Rollback { chain: false });
+    assert_eq!(
+        one("rollback transaction and chain"),
+        K::Rollback { chain: true }
+    );
+    assert_eq!(
+        one("ROLLBACK TO SAVEPOINT s1"),
+        K::RollbackToSavepoint { name: id("s1") }
+    );
+    assert_eq!(
+        one("ROLLBACK WORK TO s1"),
+        K::RollbackToSavepoint { name: id("s1") }
+    );
+    assert_eq!(one("SAVEPOINT \"S\""), K::Savepoint { name: id("\"S\"") });
+    assert_eq!(
+        one("RELEASE SAVEPOINT s"),
+        K::ReleaseSavepoint { name: id("s") }
+    );
+    assert_eq!(one("RELEASE s"), K::ReleaseSavepoint { name: id("s") });
+    assert_eq!(one("PREPARE TRANSACTION 'gid'"), K::PrepareTransaction);
+    assert_eq!(one("COMMIT PREPARED 'gid'"), K::CommitPrepared);
+    assert_eq!(one("ROLLBACK PREPARED 'gid'"), K::RollbackPrepared);
+    for sql in ["BEGIN", "COMMIT", "ROLLBACK TO s", "COMMIT PREPARED 'x'"] {
+        let k = one(sql);
+        assert!(k.is_transaction_control() && !k.affects_session(), "{sql}");
+    }
+    assert!(!K::Plain.is_transaction_control());
+}
+
+// ---- SET / RESET ----
+
+#[test]
+fn set_forms() {
+    assert_eq!(
+        one("SET search_path TO a, b"),
+        set(param("search_path"), "a, b", false)
+    );
+    assert_eq!(
+        one("set Search_Path = 'x'"),
+        set(param("search_path"), "'x'", false)
+    );
+    assert_eq!(
+        one("SET SESSION work_mem = '64MB'"),
+        set(param("work_mem"), "'64MB'", false)
+    );
+    assert_eq!(
+        one("SET LOCAL work_mem TO 1"),
+        set(param("work_mem"), "1", true)
+    );
+    assert_eq!(
+        one("SET \"DateStyle\" TO ISO"),
+        set(param("datestyle"), "ISO", false)
+    );
+    assert_eq!(
+        one("SET myapp.user_id = 42"),
+        set(param("myapp.user_id"), "42", false)
+    );
+    assert_eq!(one("SET x TO DEFAULT"), set(param("x"), "DEFAULT", false));
+    assert_eq!(
+        one("SET TIME ZONE 'UTC'"),
+        set(param("timezone"), "'UTC'", false)
+    );
+    assert_eq!(
+        one("SET LOCAL TIME ZONE LOCAL"),
+        set(param("timezone"), "LOCAL", true)
+    );
+    assert_eq!(
+        one("SET timezone = 'UTC'"),
+        set(param("timezone"), "'UTC'", false)
+    );
+    assert_eq!(
+        one("SET NAMES 'UTF8'"),
+        set(param("client_encoding"), "'UTF8'", false)
+    );
+    assert_eq!(
+        one("SET SCHEMA 'app'"),
+        set(param("search_path"), "'app'", false)
+    );
+    assert_eq!(
+        one("SET XML OPTION DOCUMENT"),
+        set(param("xmloption"), "DOCUMENT", false)
+    );
+    assert_eq!(
+        one("SET x FROM CURRENT"),
+        set(param("x"), "FROM CURRENT", false)
+    );
+}
+
+#[test]
+fn set_role_and_authorization() {
+    assert_eq!(one("SET ROLE admin"), set(SetName::Role, "admin", false));
+    assert_eq!(one("SET LOCAL ROLE NONE"), set(SetName::Role, "NONE", true));
+    assert_eq!(one("SET role = 'x'"), set(SetName::Role, "'x'", false));
+    assert_eq!(one("SET SESSION ROLE x"), set(SetName::Role, "x", false));
+    assert_eq!(
+        one("SET SESSION AUTHORIZATION alice"),
+        set(SetName::SessionAuthorization, "alice", false)
+    );
+    assert_eq!(
+        one("SET SESSION SESSION AUTHORIZATION DEFAULT"),
+        set(SetName::SessionAuthorization, "DEFAULT", false)
+    );
+    assert_eq!(
+        one("set session_authorization to bob"),
+        set(SetName::SessionAuthorization, "bob", false)
+    );
+}
+
+#[test]
+fn set_transaction_forms() {
+    assert_eq!(
+        one("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"),
+        set(SetName::Transaction, "ISOLATION LEVEL SERIALIZABLE", true)
+    );
+    assert_eq!(
+        one("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"),
+        set(SetName::SessionCharacteristics, "READ ONLY", false)
+    );
+    assert_eq!(
+        one("SET CONSTRAINTS ALL DEFERRED"),
+        set(SetName::Constraints, "ALL DEFERRED", true)
+    );
+    assert!(!one("SET TRANSACTION READ ONLY").affects_session());
+    assert!(one("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY").affects_session());
+    assert!(!one("SET LOCAL x = 1").affects_session());
+    assert!(one("SET x = 1").affects_session());
+}
+
+#[test]
+fn reset_forms() {
+    assert_eq!(one("RESET ALL"), K::ResetAll);
+    assert_eq!(
+        one("reset Search_Path"),
+        K::Reset {
+            name: param("search_path")
+        }
+    );
+    assert_eq!(
+        one("RESET TIME ZONE"),
+        K::Reset {
+            name: param("timezone")
+        }
+    );
+    assert_eq!(
+        one("RESET ROLE"),
+        K::Reset {
+            name: SetName::Role
+        }
+    );
+    assert_eq!(
+        one("RESET SESSION AUTHORIZATION"),
+        K::Reset {
+            name: SetName::SessionAuthorization
+        }
+    );
+    assert_eq!(
+        one("RESET TRANSACTION ISOLATION LEVEL"),
+        K::Reset {
+            name: param("transaction_isolation")
+        }
+    );
+    assert_eq!(one("RESET"), K::Plain);
+}
+
+#[test]
+fn set_config_calls() {
+    assert_eq!(
+        one("SELECT set_config('search_path', 'a,b', false)"),
+        set(param("search_path"), "'a,b'", false)
+    );
+    assert_eq!(
+        one("select pg_catalog.set_config('Work_Mem', '1MB', true)"),
+        set(param("work_mem"), "'1MB'", true)
+    );
+    assert_eq!(
+        one("SELECT set_config('role', 'x', 'off'::bool)"),
+        set(SetName::Role, "'x'", false)
+    );
+    assert_eq!(
+        one("SELECT set_config('a.b', 'it''s', 't')"),
+        set(param("a.b"), "'it''s'", true)
+    );
+    assert_eq!(
+        one("SELECT set_config($1, $2, $3)"),
+        set(SetName::Unknown, "$2", false)
+    );
+    assert_eq!(
+        one("SELECT set_config('x', lower('Y'), false)"),
+        set(param("x"), "lower('Y')", false)
+    );
+    assert_eq!(
+        one("SELECT set_config($$x$$, 'y', 1)"),
+        set(param("x"), "'y'", true)
+    );
+    assert_eq!(one("SELECT set_config('x'"), set(param("x"), "", false));
+    assert_eq!(one("SELECT set_config"), K::Plain);
+}
+
+// ---- other kinds ----
+
+#[test]
+fn discard_forms() {
+    assert_eq!(one("DISCARD ALL"), K::Discard(DiscardTarget::All));
+    assert_eq!(one("discard plans"), K::Discard(DiscardTarget::Plans));
+    assert_eq!(
+        one("DISCARD SEQUENCES"),
+        K::Discard(DiscardTarget::Sequences)
+    );
+    assert_eq!(one("DISCARD TEMP"), K::Discard(DiscardTarget::Temp));
+    assert_eq!(one("DISCARD TEMPORARY"), K::Discard(DiscardTarget::Temp));
+    assert_eq!(one("DISCARD everything"), K::Plain);
+}
+
+#[test]
+fn advisory_locks() {
+    let session = K::AdvisoryLock { session: true };
+    let xact = K::AdvisoryLock { session: false };
+    for sql in [
+        "SELECT pg_advisory_lock(1)",
+        "select pg_try_advisory_lock($1)",
+        "SELECT PG_ADVISORY_LOCK_SHARED(1, 2)",
+        "SELECT pg_try_advisory_lock_shared(1)",
+        "SELECT pg_catalog.pg_advisory_lock(1)",
+        "SELECT \"pg_advisory_lock\"(1)",
+        "SELECT pg_advisory_lock (1)",
+        "SELECT x FROM t WHERE pg_try_advisory_lock(id)",
+        "WITH l AS (SELECT pg_advisory_lock(1)) SELECT * FROM l",
+        "UPDATE t SET a = 1 WHERE pg_try_advisory_lock(t.id)",
+        "EXPLAIN ANALYZE SELECT pg_advisory_lock(1)",
+        "COPY (SELECT pg_advisory_lock(1)) TO STDOUT",
+    ] {
+        assert_eq!(one(sql), session, "{sql}");
+        assert!(might_affect_session(sql), "{sql}");
+    }
+    for sql in [
+        "SELECT pg_advisory_xact_lock(1)",
+        "SELECT pg_try_advisory_xact_lock(1)",
+        "SELECT pg_advisory_xact_lock_shared(1)",
+        "SELECT pg_try_advisory_xact_lock_shared(1)",
+    ] {
+        assert_eq!(one(sql), xact, "{sql}");
+        assert!(!might_affect_session(sql), "{sql}");
+    }
+    assert_eq!(
+        one("SELECT pg_advisory_unlock(1)"),
+        K::AdvisoryUnlock { all: false }
+    );
+    assert_eq!(
+        one("SELECT pg_advisory_unlock_shared(1)"),
+        K::AdvisoryUnlock { all: false }
+    );
+    assert_eq!(
+        one("SELECT pg_advisory_unlock_all()"),
+        K::AdvisoryUnlock { all: true }
+    );
+    // A quoted name is case-sensitive: this is not the built-in function.
+    assert_eq!(one("SELECT \"PG_ADVISORY_LOCK\"(1)"), K::Plain);
+}
+
+#[test]
+fn several_calls_in_one_statement() {
+    let s: Vec<_> = classify(
+        "SELECT pg_advisory_unlock_all(), pg_advisory_lock(2), set_config('a', 'b', false)",
+    )
+    .collect();
+    assert_eq!(s.len(), 3);
+    assert!(s.iter().all(|s| s.index == 0));
+    assert_eq!(s[0].kind, K::AdvisoryUnlock { all: true });
+    assert_eq!(s[1].kind, K::AdvisoryLock { session: true });
+    assert_eq!(s[2].kind, set(param("a"), "'b'", false));
+    // Nested: a lock inside set_config's arguments is seen too.
+    assert_eq!(
+        kinds("SELECT set_config('a', pg_advisory_lock(1)::text, false)"),
+        vec![
+            set(param("a"), "pg_advisory_lock(1)::text", false),
+            K::AdvisoryLock { session: true }
+        ]
+    );
+}
+
+#[test]
+fn listen_unlisten() {
+    assert_eq!(
+        one("LISTEN jobs"),
+        K::Listen {
+            channel: id("jobs")
+        }
+    );
+    assert_eq!(
+        one("listen \"Jobs\""),
+        K::Listen {
+            channel: id("\"Jobs\"")
+        }
+    );
+    assert_eq!(
+        one("UNLISTEN jobs"),
+        K::Unlisten {
+            channel: NameOrAll::Name(id("jobs"))
+        }
+    );
+    assert_eq!(
+        one("UNLISTEN *"),
+        K::Unlisten {
+            channel: NameOrAll::All
+        }
+    );
+    assert_eq!(one("LISTEN"), K::Plain);
+}
+
+#[test]
+fn temporary_objects() {
+    let temp = K::CreateTemp {
+        on_commit_drop: false,
+    };
+    for sql in [
+        "CREATE TEMP TABLE t (a int)",
+        "create temporary table t as select 1",
+        "CREATE LOCAL TEMP TABLE t (a int)",
+        "CREATE GLOBAL TEMPORARY TABLE t (a int)",
+        "CREATE TEMP VIEW v AS SELECT 1",
+        "CREATE OR REPLACE TEMP VIEW v AS SELECT 1",
+        "CREATE TEMP SEQUENCE s",
+        "CREATE TEMP TABLE t (a int) ON COMMIT PRESERVE ROWS",
+        "CREATE TEMP TABLE t (a int) ON COMMIT DELETE ROWS",
+        "CREATE TABLE pg_temp.t (a int)",
+        "CREATE FUNCTION pg_temp.f() RETURNS int AS 'select 1' LANGUAGE sql",
+        "CREATE VIEW v AS SELECT * FROM PG_TEMP.t",
+        "CREATE TABLE \"pg_temp\".t (a int)",
+        "CREATE TABLE pg_temp_3.t (a int)",
+        "SELECT * INTO TEMP t FROM x",
+        "SELECT 1 AS a INTO TEMPORARY TABLE t",
+        "select 1 into local temp t",
+        "WITH a AS (SELECT 1) SELECT * INTO TEMP t FROM a",
+    ] {
+        assert_eq!(one(sql), temp, "{sql}");
+        assert!(might_affect_session(sql), "{sql}");
+    }
+    let dropped = K::CreateTemp {
+        on_commit_drop: true,
+    };
+    assert_eq!(one("CREATE TEMP TABLE t (a int) ON COMMIT DROP"), dropped);
+    assert_eq!(
+        one("CREATE TEMP TABLE t ON COMMIT DROP AS SELECT 1"),
+        dropped
+    );
+    assert!(!might_affect_session(
+        "CREATE TEMP TABLE t (a int) ON COMMIT DROP"
+    ));
+    for sql in [
+        "CREATE UNLOGGED TABLE t (a int)",
+        "CREATE TABLE pg_temporary.t (a int)",
+        "CREATE TABLE \"PG_TEMP\".t (a int)",
+        "SELECT * INTO t FROM x",
+        "INSERT INTO temp VALUES (1)",
+        "WITH x AS (INSERT INTO temp VALUES (1) RETURNING *) SELECT * FROM x",
+        "SELECT * FROM t WHERE a IN (SELECT b INTO TEMP FROM c)",
+    ] {
+        assert_eq!(one(sql), K::Plain, "{sql}");
+    }
+}
+
+#[test]
+fn create_scans_queries_it_runs_but_not_definitions() {
+    assert_eq!(
+        kinds("CREATE TEMP TABLE t AS SELECT pg_advisory_lock(1)"),
+        vec![
+            K::CreateTemp {
+                on_commit_drop: false
+            },
+            K::AdvisoryLock { session: true }
+        ]
+    );
+    assert_eq!(
+        one("CREATE MATERIALIZED VIEW m AS SELECT pg_advisory_lock(1)"),
+        K::AdvisoryLock { session: true }
+    );
+    assert_eq!(one("CREATE VIEW v AS SELECT pg_advisory_lock(1)"), K::Plain);
+    assert_eq!(
+        one("CREATE FUNCTION f() RETURNS void LANGUAGE sql BEGIN ATOMIC SELECT pg_advisory_lock(1); END"),
+        K::Plain
+    );
+}
+
+#[test]
+fn cursors() {
+    assert_eq!(
+        one("DECLARE c CURSOR WITH HOLD FOR SELECT 1"),
+        K::DeclareCursor {
+            name: id("c"),
+            with_hold: true
+        }
+    );
+    assert_eq!(
+        one("declare \"C\" binary insensitive no scroll cursor without hold for select 1"),
+        K::DeclareCursor {
+            name: id("\"C\""),
+            with_hold: false
+        }
+    );
+    assert_eq!(
+        one("DECLARE c SCROLL CURSOR FOR SELECT 1"),
+        K::DeclareCursor {
+            name: id("c"),
+            with_hold: false
+        }
+    );
+    // The query after FOR runs: calls in it count, and WITH in it is not WITH HOLD.
+    assert_eq!(
+        kinds("DECLARE c CURSOR FOR WITH hold AS (SELECT pg_advisory_lock(1)) SELECT * FROM hold"),
+        vec![
+            K::DeclareCursor {
+                name: id("c"),
+                with_hold: false
+            },
+            K::AdvisoryLock { session: true }
+        ]
+    );
+    assert!(!one("DECLARE c CURSOR FOR SELECT 1").affects_session());
+    assert_eq!(
+        one("CLOSE c"),
+        K::CloseCursor {
+            name: NameOrAll::Name(id("c"))
+        }
+    );
+    assert_eq!(
+        one("CLOSE ALL"),
+        K::CloseCursor {
+            name: NameOrAll::All
+        }
+    );
+}
+
+#[test]
+fn sql_prepared_statements() {
+    assert_eq!(
+        one("PREPARE q (int, text) AS SELECT $1, $2"),
+        K::Prepare {
+            name: id("q"),
+            body: b"SELECT $1, $2"
+        }
+    );
+    // The body runs at EXECUTE: it is returned for the caller to classify, not scanned now.
+    let k = one("PREPARE l AS SELECT pg_advisory_lock($1)");
+    let K::Prepare { body, .. } = k else {
+        panic!("{k:?}")
+    };
+    assert_eq!(
+        one(std::str::from_utf8(body).unwrap()),
+        K::AdvisoryLock { session: true }
+    );
+    assert_eq!(
+        one("PREPARE transaction AS SELECT 1"),
+        K::Prepare {
+            name: id("transaction"),
+            body: b"SELECT 1"
+        }
+    );
+    assert_eq!(one("EXECUTE q(1, 'a')"), K::Execute { name: id("q") });
+    assert_eq!(
+        one("DEALLOCATE q"),
+        K::Deallocate {
+            name: NameOrAll::Name(id("q"))
+        }
+    );
+    assert_eq!(
+        one("DEALLOCATE PREPARE q"),
+        K::Deallocate {
+            name: NameOrAll::Name(id("q"))
+        }
+    );
+    assert_eq!(
+        one("DEALLOCATE ALL"),
+        K::Deallocate {
+            name: NameOrAll::All
+        }
+    );
+    assert_eq!(one("PREPARE q"), K::Plain);
+}
+
+#[test]
+fn load_module() {
+    assert_eq!(
+        one("LOAD 'auto_explain'"),
+        K::LoadModule {
+            file: b"'auto_explain'"
+        }
+    );
+}
+
+// ---- look-alikes in comments, strings and names ----
+
+#[test]
+fn look_alikes_are_not_statements() {
+    for sql in [
+        "SELECT 'SET x=1'",
+        "SELECT 'pg_advisory_lock(1)'",
+        "/* LISTEN x */ SELECT 1",
+        "SELECT $$ pg_advisory_lock(1) $$",
+        "SELECT $tag$ ; LISTEN x; $tag$",
+        "SELECT 1 -- ; LISTEN x",
+        "SELECT \"pg_advisory_lock(1)\" FROM t",
+        "SELECT \"a;LISTEN x\" FROM t",
+        "SELECT E'\\'; LISTEN x; --'",
+        "SELECT 'it''s; LISTEN x'",
+        "SELECT pg_advisory_lock_count(1)",
+        "SELECT set_config_x('a', 'b', false)",
+        "INSERT INTO t (set_config) VALUES (1)",
+        "SELECT x.pg_advisory_lock FROM x",
+        "SELECT 1 /* nested /* LISTEN */ ; LISTEN y */",
+    ] {
+        assert_eq!(kinds(sql), vec![K::Plain], "{sql}");
+        assert!(!might_affect_session(sql), "{sql}");
+    }
+}
+
+#[test]
+fn keywords_inside_strings_after_special_heads() {
+    assert_eq!(one("SET application_name = 'LISTEN; x'"), {
+        set(param("application_name"), "'LISTEN; x'", false)
+    });
+    assert_eq!(
+        one("SET search_path = \"a;b\""),
+        set(param("search_path"), "\"a;b\"", false)
+    );
+}
+
+#[test]
+fn case_and_whitespace_variations() {
+    for sql in [
+        "listen x",
+        "LISTEN x",
+        "LiStEn x",
+        "\n\t  LISTEN\n\tx\n",
+        "/* c */LISTEN/* c */x--c",
+        "LISTEN x;",
+        "LISTEN x ;;",
+    ] {
+        assert_eq!(kinds(sql), vec![K::Listen { channel: id("x") }], "{sql:?}");
+    }
+    assert_eq!(
+        one("SeLeCt Pg_Advisory_Lock(1)"),
+        K::AdvisoryLock { session: true }
+    );
+    assert_eq!(one("set\nlocal\nx\n=\n1"), set(param("x"), "1", true));
+}
+
+// ---- multi-statement queries ----
+
+#[test]
+fn multi_statement_queries() {
+    let sql = "BEGIN; SET LOCAL x = 1; SELECT 'a;b'; SELECT pg_advisory_lock(1); COMMIT";
+    let all: Vec<_> = classify(sql).collect();
+    assert_eq!(
+        all.iter().map(|s| s.kind.clone()).collect::<Vec<_>>(),
+        vec![
+            K::Begin,
+            set(param("x"), "1", true),
+            K::Plain,
+            K::AdvisoryLock { session: true },
+            K::Commit { chain: false },
+        ]
+    );
+    assert_eq!(
+        all.iter().map(|s| s.index).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert_eq!(
+        texts(sql),
+        vec![
+            "BEGIN",
+            "SET LOCAL x = 1",
+            "SELECT 'a;b'",
+            "SELECT pg_advisory_lock(1)",
+            "COMMIT"
+        ]
+    );
+    assert!(might_affect_session(sql));
+    assert!(!might_affect_session("SELECT 1; SELECT 2;"));
+    assert!(might_affect_session("SELECT 1; LISTEN x"));
+    assert_eq!(
+        kinds("select 1;listen a;unlisten *"),
+        vec![
+            K::Plain,
+            K::Listen { channel: id("a") },
+            K::Unlisten {
+                channel: NameOrAll::All
+            }
+        ]
+    );
+}
+
+#[test]
+fn statement_text_excludes_comments_and_semicolons() {
+    assert_eq!(
+        texts("SET x = 1 -- why\n; /* c */ SET y TO 2 ;"),
+        vec!["SET x = 1", "SET y TO 2"]
+    );
+}
+
+// ---- identifiers ----
+
+#[test]
+fn ident_normalization() {
+    assert_eq!(id("abc").normalized(), "abc");
+    assert!(matches!(id("abc").normalized(), Cow::Borrowed(_)));
+    assert_eq!(id("AbC").normalized(), "abc");
+    assert_eq!(id("\"AbC\"").normalized(), "AbC");
+    assert_eq!(id("\"a\"\"b\"").normalized(), "a\"b");
+    assert_eq!(id("Sch.\"Tab\"").normalized(), "sch.Tab");
+    assert_eq!(
+        one("LISTEN \"My Channel\""),
+        K::Listen {
+            channel: id("\"My Channel\"")
+        }
+    );
+    assert_eq!(
+        one("SET \"my.Setting\" = 1"),
+        set(param("my.setting"), "1", false)
+    );
+}
+
+// ---- standard_conforming_strings ----
+
+#[test]
+fn backslash_escapes_follow_standard_conforming_strings() {
+    let sql = "SELECT '\\''; LISTEN y; --'";
+    let off = LexOptions {
+        standard_conforming_strings: false,
+    };
+    // The server with scs off sees a LISTEN here; with scs on it sees strings only.
+    assert_eq!(kinds(sql), vec![K::Plain]);
+    let k: Vec<_> = classify_with(sql, off).map(|s| s.kind).collect();
+    assert_eq!(k, vec![K::Plain, K::Listen { channel: id("y") }]);
+    assert!(might_affect_session_with(sql, off));
+}
+
+// ---- policy ----
+
+#[test]
+fn policy_default_actions() {
+    let all = |_| true;
+    let none = |_| false;
+    let cases: Vec<(&str, Action)> = vec![
+        ("SELECT 1", Action::Forward),
+        ("BEGIN", Action::Forward),
+        ("SET x = 1", Action::Track),
+        ("SET ROLE r", Action::Track),
+        ("SET SESSION AUTHORIZATION u", Action::Track),
+        ("RESET ALL", Action::Track),
+        ("RESET x", Action::Track),
+        ("SET LOCAL x = 1", Action::Forward),
+        ("SET TRANSACTION READ ONLY", Action::Forward),
+        ("SELECT pg_advisory_xact_lock(1)", Action::Forward),
+        (
+            "SELECT pg_advisory_lock(1)",
+            Action::Pin(Feature::AdvisoryLock),
+        ),
+        ("LISTEN x", Action::Pin(Feature::Listen)),
+        (
+            "CREATE TEMP TABLE t (a int)",
+            Action::Pin(Feature::TempObject),
+        ),
+        (
+            "CREATE TEMP TABLE t (a int) ON COMMIT DROP",
+            Action::Forward,
+        ),
+        (
+            "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+            Action::Pin(Feature::HoldCursor),
+        ),
+        ("DECLARE c CURSOR FOR SELECT 1", Action::Forward),
+        ("PREPARE p AS SELECT 1", Action::Pin(Feature::SqlPrepare)),
+        ("LOAD 'x'", Action::Pin(Feature::LoadModule)),
+        (
+            "SELECT set_config($1, $2, false)",
+            Action::Pin(Feature::DynamicSet),
+        ),
+        ("SELECT set_config($1, $2, true)", Action::Forward),
+        ("SELECT pg_advisory_unlock(1)", Action::Release),
+        ("UNLISTEN *", Action::Release),
+        ("CLOSE ALL", Action::Release),
+        ("DEALLOCATE ALL", Action::Release),
+        ("DISCARD ALL", Action::Release),
+        ("DISCARD TEMP", Action::Release),
+        ("DISCARD PLANS", Action::Forward),
+        ("EXECUTE p", Action::Forward),
+    ];
+    for (sql, expected) in cases {
+        assert_eq!(action(&one(sql), all), expected, "{sql}");
+        let refused = match expected {
+            Action::Pin(f) => Action::Refuse(f),
+            other => other,
+        };
+        assert_eq!(action(&one(sql), none), refused, "{sql}");
+    }
+    for f in Feature::ALL {
+        assert!(!f.describe().is_empty());
+    }
+}
+
+// ---- robustness ----
+
+/// xorshift64*: deterministic, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// Random texts built from SQL-ish fragments and random bytes: never panics, always
+/// terminates, and the fast path agrees with the full classification.
+#[test]
+fn random_input_never_panics_and_fast_path_agrees() {
+    const PIECES: &[&str] = &[
+        "SELECT ",
+        "set ",
+        "LOCAL ",
+        "SESSION ",
+        "listen ",
+        "UNLISTEN ",
+        "*",
+        "x",
+        "\"Q\"",
+        "'",
+        "''",
+        "\"",
+        "$$",
+        "$t$",
+        "$1",
+        "E'\\'",
+        "\\",
+        ";",
+        "(",
+        ")",
+        ",",
+        ".",
+        "--",
+        "\n",
+        "/*",
+        "*/",
+        "pg_advisory_lock",
+        "pg_advisory_unlock_all",
+        "set_config",
+        "(",
+        "'a'",
+        "true",
+        " TO ",
+        "=",
+        "CREATE ",
+        "TEMP ",
+        "TABLE ",
+        "pg_temp",
+        "INTO ",
+        "DECLARE ",
+        "CURSOR ",
+        "WITH ",
+        "HOLD ",
+        "FOR ",
+        "PREPARE ",
+        "AS ",
+        "EXECUTE ",
+        "DEALLOCATE ",
+        "ALL ",
+        "DISCARD ",
+        "RESET ",
+        "ROLE ",
+        "BEGIN ",
+        "END ",
+        "COMMIT ",
+        "ROLLBACK ",
+        "TO ",
+        "SAVEPOINT ",
+        "FUNCTION ",
+        "ATOMIC ",
+        "CASE ",
+        "LOAD ",
+        "ON ",
+        "DROP ",
+        "U&",
+        "é",
+        " ",
+    ];
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for round in 0..20_000 {
+        let mut buf: Vec<u8> = Vec::new();
+        let len = rng.next() % 24;
+        for _ in 0..len {
+            if round % 3 == 0 {
+                buf.push(rng.next() as u8);
+            } else {
+                let p = PIECES[(rng.next() % PIECES.len() as u64) as usize];
+                buf.extend_from_slice(p.as_bytes());
+            }
+        }
+        for scs in [true, false] {
+            let opts = LexOptions {
+                standard_conforming_strings: scs,
+            };
+            let all: Vec<_> = classify_with(&buf, opts).collect();
+            for s in &all {
+                assert!(s.text.len() <= buf.len());
+                let _ = s.kind.affects_session();
+                let _ = action(&s.kind, |_| true);
+            }
+            let any = all.iter().any(|s| s.kind.affects_session());
+            assert_eq!(might_affect_session_with(&buf, opts), any);
+            // The same text with the fast path defeated (a leading statement) must agree.
+            let mut slow = b"SELECT 0;".to_vec();
+            slow.extend_from_slice(&buf);
+            let slow_kinds: Vec<_> = classify_with(&slow, opts).skip(1).map(|s| s.kind).collect();
+            let kinds: Vec<_> = all.iter().map(|s| s.kind.clone()).collect();
+            assert_eq!(kinds, slow_kinds, "{:?}", String::from_utf8_lossy(&buf));
+        }
+    }
+}
+
+#[test]
+fn pathological_nesting_is_linear_enough() {
+    let deep = "(".repeat(100_000) + "pg_advisory_lock(1)" + &")".repeat(100_000);
+    assert_eq!(kinds(&deep), vec![K::AdvisoryLock { session: true }]);
+    let comments = "/*".repeat(50_000);
+    assert!(kinds(&comments).is_empty());
+    let many = "SELECT 1;".repeat(10_000);
+    assert_eq!(classify(&many).count(), 10_000);
+}
