@@ -177,7 +177,8 @@ fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
             rest.len() - i >= needle.len() && rest[i..i + needle.len()].eq_ignore_ascii_case(needle)
         };
         let hit = match b {
-            b';' => true,
+            // A last `;` ends the only statement (or sits in something left open): no split.
+            b';' => !rest[i + 1..].iter().all(|b| is_space(*b)),
             b'-' => rest.get(i + 1) == Some(&b'-'),
             b'/' => rest.get(i + 1) == Some(&b'*'),
             b'a' | b'A' => at(b"advisory"),
@@ -189,8 +190,20 @@ fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
             return None;
         }
     }
-    let end = src.len() - src.iter().rev().take_while(|b| is_space(**b)).count();
-    Some(&src[first.start..end.max(first.end())])
+    let mut text = trim_end(&src[first.start..]);
+    if let Some(t) = text.strip_suffix(b";") {
+        text = trim_end(t);
+    }
+    Some(text)
+}
+
+fn trim_end(s: &[u8]) -> &[u8] {
+    &s[..s.len() - s.iter().rev().take_while(|b| is_space(**b)).count()]
+}
+
+/// Whether `text` refers to a bind parameter (`$1`): such a value is only known at Bind.
+pub fn references_params<S: AsRef<[u8]> + ?Sized>(text: &S) -> bool {
+    Lexer::new(text.as_ref()).any(|t| t.kind == TokenKind::Param)
 }
 
 fn is_space(b: u8) -> bool {

@@ -10,8 +10,8 @@ pub mod policy;
 mod scan;
 
 pub use classify::{
-    classify, classify_with, might_affect_session, might_affect_session_with, LexOptions,
-    Statements,
+    classify, classify_with, might_affect_session, might_affect_session_with, references_params,
+    LexOptions, Statements,
 };
 pub use kind::{DiscardTarget, Ident, NameOrAll, SetName, Statement, StatementKind};
 

@@ -1,6 +1,7 @@
 //! The default (safe) policy in transaction/statement mode: what the pooler does with each
 //! statement kind, as a pure mapping the relay applies (see docs/session-state.md).
 
+use super::classify::references_params;
 use super::kind::{DiscardTarget, SetName, StatementKind};
 
 /// SQLSTATE of the refusal when pinning a client is not allowed (feature_not_supported).
@@ -15,7 +16,8 @@ pub enum Feature {
     HoldCursor,
     SqlPrepare,
     LoadModule,
-    /// `set_config()` with a name that is not a literal: it cannot be tracked and replayed.
+    /// `set_config()` whose name is not a literal, or whose value is a bind parameter (`$1`):
+    /// the statement text alone cannot be replayed on another server.
     DynamicSet,
 }
 
@@ -39,7 +41,7 @@ impl Feature {
             Feature::HoldCursor => "cursors WITH HOLD",
             Feature::SqlPrepare => "SQL PREPARE",
             Feature::LoadModule => "LOAD",
-            Feature::DynamicSet => "set_config() with a non-literal name",
+            Feature::DynamicSet => "set_config() with a bind parameter or non-literal name",
         }
     }
 }
@@ -76,10 +78,12 @@ pub fn pinning_feature(kind: &StatementKind<'_>) -> Option<Feature> {
         Prepare { .. } => Some(Feature::SqlPrepare),
         LoadModule { .. } => Some(Feature::LoadModule),
         Set {
-            name: SetName::Unknown,
+            name,
+            value_text,
             local: false,
-            ..
-        } => Some(Feature::DynamicSet),
+        } if *name == SetName::Unknown || references_params(*value_text) => {
+            Some(Feature::DynamicSet)
+        }
         _ => None,
     }
 }
