@@ -18,6 +18,7 @@ use crate::lifecycle::Lifecycle;
 use crate::pool::connector::Connector;
 use crate::pool::registry::PoolRegistry;
 use crate::pool::resolve;
+use crate::prepared::StatementRegistry;
 use crate::server::params::TrackedSet;
 
 pub struct App {
@@ -28,6 +29,8 @@ pub struct App {
     pub cancels: Arc<CancelRegistry>,
     /// Live clients (SHOW CLIENTS, KILL_CLIENT).
     pub registry: Arc<ClientRegistry>,
+    /// Protocol-level prepared statements shared by all clients and servers.
+    pub statements: StatementRegistry,
     pub lifecycle: Lifecycle,
     /// track_extra_parameters is not reloadable, so the tracked set is fixed at start.
     pub tracked: TrackedSet,
@@ -57,6 +60,7 @@ impl App {
             pools: PoolRegistry::new(connector),
             cancels: Arc::new(CancelRegistry::default()),
             registry: Arc::new(ClientRegistry::default()),
+            statements: StatementRegistry::default(),
             lifecycle: Lifecycle::default(),
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),

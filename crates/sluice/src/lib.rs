@@ -12,6 +12,7 @@ pub mod listener;
 pub mod logging;
 pub mod net;
 pub mod pool;
+pub mod prepared;
 pub mod server;
 pub mod session_state;
 pub mod stats;

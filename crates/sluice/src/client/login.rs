@@ -16,6 +16,7 @@ use crate::app::App;
 use crate::cancel::CancelHandle;
 use crate::error::{sqlstate, ClientNotice};
 use crate::pool::{resolve, Pool, PoolKey};
+use crate::prepared::ClientStatements;
 use crate::server::params::ParamMap;
 use crate::stats::PoolStats;
 
@@ -25,6 +26,8 @@ pub struct Session {
     /// This client's registry entry (state for SHOW CLIENTS, kill switch).
     pub entry: Arc<ClientEntry>,
     pub params: ParamMap,
+    /// The client's protocol-level prepared statements (transaction/statement mode).
+    pub statements: ClientStatements,
     pub cancel: CancelHandle,
     /// Leaves the pool's client count on drop.
     _member: PoolMember,
@@ -146,6 +149,7 @@ pub async fn login(
         pool,
         entry,
         params,
+        statements: ClientStatements::default(),
         cancel,
         _member: member,
     })

@@ -17,7 +17,7 @@ use super::registry::ClientState;
 use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::error::{sqlstate, ClientNotice};
-use crate::forward::{Relay, RelayEnd, RelayTimeouts};
+use crate::forward::{Prepared, Relay, RelayEnd, RelayTimeouts};
 use crate::lifecycle::Phase;
 use crate::pool::{Pool, PooledServer};
 use crate::server::params::set_statement;
@@ -89,12 +89,19 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
             transaction_timeout: settings.transaction_timeout,
             client_idle_timeout: settings.client_idle_timeout,
         };
+        let max_prepared = app.config().settings.max_prepared_statements as usize;
+        let prepared = (settings.mode != PoolMode::Session && max_prepared > 0).then(|| Prepared {
+            registry: &app.statements,
+            client: &mut s.statements,
+            max_per_server: max_prepared,
+        });
         let relay = Relay::new(
             client,
             &mut server,
             &mut s.params,
             &app.tracked,
             &s.pool.stats,
+            prepared,
             settings.mode,
             max_packet,
             timeouts,

@@ -14,6 +14,7 @@ use sluice_protocol::{CancelKey, TransactionStatus};
 
 use crate::net::Stream;
 use crate::pool::counter::ServerSlots;
+use crate::prepared::ServerStatements;
 use params::ParamMap;
 pub use target::{ServerAddr, ServerTarget};
 
@@ -39,6 +40,9 @@ pub struct ServerConn {
     pub generation: u64,
     /// Pool/database/user slots, released when the connection is dropped.
     pub slots: Option<ServerSlots>,
+    /// Protocol-level statements prepared on this connection (transaction/statement mode).
+    /// Boxed: most connections (session mode) never use it, and it keeps `ServerConn` small to move.
+    pub prepared: Box<ServerStatements>,
 }
 
 impl ServerConn {
@@ -56,6 +60,7 @@ impl ServerConn {
             status: TransactionStatus::Idle,
             generation: 0,
             slots: None,
+            prepared: Box::default(),
         }
     }
 

@@ -37,6 +37,11 @@ pub async fn run_simple(
                 conn.params.set(k, v);
             }
             backend_tag::ERROR_RESPONSE => failure = Some(decode_error_fields(&body)?),
+            backend_tag::COMMAND_COMPLETE
+                if &body[..] == b"DISCARD ALL\0" || &body[..] == b"DEALLOCATE ALL\0" =>
+            {
+                conn.prepared.clear();
+            }
             backend_tag::COPY_IN | backend_tag::COPY_BOTH => {
                 return Err(ServerError::Unexpected(
                     "COPY started by a pooler query".into(),

@@ -1,36 +1,43 @@
 //! The hot path: relay bytes between a client and its linked server by message header, looking
 //! only at what pooling needs (ReadyForQuery, ParameterStatus, Query/Sync/Terminate and the
-//! extended-protocol tags), without re-encoding or per-message allocation.
+//! extended-protocol tags), without re-encoding what passes through.
 //!
 //! Both directions run in one poll loop so that neither side can deadlock the other: a server
 //! blocked writing a large result never stops us from reading it while the client keeps sending.
+//!
+//! In transaction and statement mode, named prepared statements are rewritten (`prepared`): the
+//! relay then keeps a queue of the replies the server owes (`expect`) so that replies to requests
+//! it injected are dropped and replies to requests it absorbed are synthesized in order.
 
+mod client_scan;
+pub mod expect;
+mod server_scan;
+
+use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use bytes::{Buf, BytesMut};
 use sluice_config::PoolMode;
-use sluice_protocol::{
-    backend_tag, decode_parameter_status, decode_ready_for_query, frontend_tag, peek_header,
-    TransactionStatus,
-};
+use sluice_protocol::TransactionStatus;
 use tokio::io::AsyncWrite;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
 use crate::error::{sqlstate, ClientNotice};
+use crate::prepared::{ClientStatements, StatementRegistry};
 use crate::server::params::{ParamMap, TrackedSet};
 use crate::server::ServerConn;
 use crate::stats::PoolStats;
+use expect::Expect;
 
-/// Stop reading a side once this many bytes wait to be written to the other.
+/// Stop reading a side once this many bytes wait to be written to the other (unless a message
+/// that must be inspected whole is longer).
 const READ_CAP: usize = 64 * 1024;
-/// Largest server message we buffer whole to inspect (ReadyForQuery, ParameterStatus).
+/// Largest server message buffered whole to inspect (ReadyForQuery, ParameterStatus, CommandComplete).
 const INSPECT_MAX: usize = 32 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -60,12 +67,21 @@ pub struct RelayTimeouts {
     pub client_idle_timeout: Option<Duration>,
 }
 
+/// Prepared-statement rewriting context (transaction/statement mode with max_prepared_statements > 0).
+pub struct Prepared<'a> {
+    pub registry: &'a StatementRegistry,
+    pub client: &'a mut ClientStatements,
+    pub max_per_server: usize,
+}
+
 /// Per-direction scan position: `ready` bytes at the front of the buffer are inspected and may be
-/// written; `remaining` bytes of a message being streamed through have not arrived yet.
+/// written; `remaining` bytes of a message being streamed through have not arrived yet; `need` is
+/// how many bytes the scanner waits for to inspect a message whole (lifts the read cap).
 #[derive(Debug, Default, Clone, Copy)]
 struct Scan {
     ready: usize,
     remaining: usize,
+    need: usize,
 }
 
 pub struct Relay<'a> {
@@ -74,11 +90,20 @@ pub struct Relay<'a> {
     client_params: &'a mut ParamMap,
     tracked: &'a TrackedSet,
     stats: &'a PoolStats,
+    prepared: Option<Prepared<'a>>,
     mode: PoolMode,
     max_packet: usize,
     timeouts: RelayTimeouts,
     c: Scan,
     s: Scan,
+    /// Rewritten or injected client->server bytes, written before `client.rbuf[..c.ready]`.
+    c_inject: BytesMut,
+    /// Synthesized server->client bytes, written before `server.rbuf[..s.ready]`.
+    s_inject: BytesMut,
+    /// Replies owed by the server (only kept while rewriting prepared statements).
+    expect: VecDeque<Expect>,
+    /// The server reported an error in an extended-protocol batch: it ignores everything until Sync.
+    discard_until_sync: bool,
     /// ReadyForQuery messages the server still owes (one per Query, Sync, FunctionCall).
     pending_rfq: u32,
     /// Extended-protocol messages sent since the last Sync.
@@ -99,6 +124,7 @@ impl<'a> Relay<'a> {
         client_params: &'a mut ParamMap,
         tracked: &'a TrackedSet,
         stats: &'a PoolStats,
+        prepared: Option<Prepared<'a>>,
         mode: PoolMode,
         max_packet: usize,
         timeouts: RelayTimeouts,
@@ -111,11 +137,16 @@ impl<'a> Relay<'a> {
             client_params,
             tracked,
             stats,
+            prepared,
             mode,
             max_packet,
             timeouts,
             c: Scan::default(),
             s: Scan::default(),
+            c_inject: BytesMut::new(),
+            s_inject: BytesMut::new(),
+            expect: VecDeque::new(),
+            discard_until_sync: false,
             pending_rfq: 0,
             unsynced: false,
             client_done: false,
@@ -123,9 +154,7 @@ impl<'a> Relay<'a> {
             xact_started: (status != TransactionStatus::Idle).then_some(now),
             last_activity: now,
             deadline: None,
-            sleep: Box::pin(tokio::time::sleep_until(
-                tokio::time::Instant::now() + Duration::from_secs(86400),
-            )),
+            sleep: Box::pin(tokio::time::sleep_until(now + Duration::from_secs(86400))),
         }
     }
 
@@ -135,6 +164,7 @@ impl<'a> Relay<'a> {
         if let Err(end) = self.scan_client() {
             return end;
         }
+        self.drain_fakes();
         poll_fn(|cx| self.poll_relay(cx)).await
     }
 
@@ -142,10 +172,13 @@ impl<'a> Relay<'a> {
     fn quiescent(&self) -> bool {
         self.pending_rfq == 0
             && !self.unsynced
+            && self.expect.is_empty()
             && self.c.ready == 0
             && self.c.remaining == 0
+            && self.c_inject.is_empty()
             && self.s.ready == 0
             && self.s.remaining == 0
+            && self.s_inject.is_empty()
             && self.server.rbuf.is_empty()
     }
 
@@ -157,57 +190,43 @@ impl<'a> Relay<'a> {
         loop {
             let mut progress = false;
 
-            // 1. client -> server bytes
-            if self.c.ready > 0 {
-                match Pin::new(&mut self.server.stream)
-                    .poll_write(cx, &self.client.rbuf[..self.c.ready])
-                {
-                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                        return Poll::Ready(self.server_gone())
-                    }
-                    Poll::Ready(Ok(n)) => {
-                        self.client.rbuf.advance(n);
-                        self.c.ready -= n;
-                        progress = true;
-                    }
-                    Poll::Pending => {}
-                }
+            // 1. client -> server bytes: injected/rewritten first, then the ready prefix.
+            match self.poll_write_server(cx) {
+                Ok(p) => progress |= p,
+                Err(end) => return Poll::Ready(end),
             }
-            // 2. server -> client bytes
-            if self.s.ready > 0 {
-                match Pin::new(&mut self.client.stream)
-                    .poll_write(cx, &self.server.rbuf[..self.s.ready])
-                {
-                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                        return Poll::Ready(RelayEnd::ClientGone { clean: false })
-                    }
-                    Poll::Ready(Ok(n)) => {
-                        self.server.rbuf.advance(n);
-                        self.s.ready -= n;
-                        PoolStats::add(&self.stats.bytes_sent, n as u64);
-                        progress = true;
-                    }
-                    Poll::Pending => {}
+            // 2. server -> client bytes: synthesized first, then the ready prefix.
+            match self.poll_write_client(cx) {
+                Ok(p) => progress |= p,
+                Err(end) => return Poll::Ready(end),
+            }
+            if progress {
+                // Scans pause where a rewrite or a dropped reply needs the output drained first.
+                if let Err(end) = self.scan_client() {
+                    return Poll::Ready(end);
                 }
+                if let Err(end) = self.scan_server() {
+                    return Poll::Ready(end);
+                }
+                self.drain_fakes();
             }
 
-            if self.client_done && self.c.ready == 0 {
+            if self.client_done && self.c.ready == 0 && self.c_inject.is_empty() {
                 return Poll::Ready(RelayEnd::ClientGone {
                     clean: self.server_clean(),
                 });
             }
-            let releasable = self.mode != PoolMode::Session && self.server_clean();
-            if releasable {
+            if self.mode != PoolMode::Session && self.server_clean() {
                 return Poll::Ready(RelayEnd::Released);
             }
 
-            // 3. read from the client (not once the server may be released: the next query may go elsewhere)
-            if !self.client_done && self.client.rbuf.len() < READ_CAP {
+            // 3. read from the client
+            if !self.client_done && self.client.rbuf.len() < READ_CAP.max(self.c.need) {
                 reserve(&mut self.client.rbuf);
                 match poll_read_buf(Pin::new(&mut self.client.stream), cx, &mut self.client.rbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         return Poll::Ready(RelayEnd::ClientGone {
-                            clean: self.server_clean() && self.c.ready == 0,
+                            clean: self.server_clean(),
                         })
                     }
                     Poll::Ready(Ok(n)) => {
@@ -216,6 +235,7 @@ impl<'a> Relay<'a> {
                         if let Err(end) = self.scan_client() {
                             return Poll::Ready(end);
                         }
+                        self.drain_fakes();
                         progress = true;
                     }
                     Poll::Pending => {}
@@ -223,7 +243,7 @@ impl<'a> Relay<'a> {
             }
 
             // 4. read from the server
-            if self.server.rbuf.len() < READ_CAP {
+            if self.server.rbuf.len() < READ_CAP.max(self.s.need) {
                 reserve(&mut self.server.rbuf);
                 match poll_read_buf(Pin::new(&mut self.server.stream), cx, &mut self.server.rbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
@@ -233,6 +253,7 @@ impl<'a> Relay<'a> {
                         if let Err(end) = self.scan_server() {
                             return Poll::Ready(end);
                         }
+                        self.drain_fakes();
                         progress = true;
                     }
                     Poll::Pending => {}
@@ -245,61 +266,60 @@ impl<'a> Relay<'a> {
         }
     }
 
+    fn poll_write_server(&mut self, cx: &mut Context<'_>) -> Result<bool, RelayEnd> {
+        let (buf, injected) = if !self.c_inject.is_empty() {
+            (&self.c_inject[..], true)
+        } else if self.c.ready > 0 {
+            (&self.client.rbuf[..self.c.ready], false)
+        } else {
+            return Ok(false);
+        };
+        match Pin::new(&mut self.server.stream).poll_write(cx, buf) {
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(self.server_gone()),
+            Poll::Ready(Ok(n)) => {
+                if injected {
+                    self.c_inject.advance(n);
+                } else {
+                    self.client.rbuf.advance(n);
+                    self.c.ready -= n;
+                    self.c.need = self.c.need.saturating_sub(n);
+                }
+                Ok(true)
+            }
+            Poll::Pending => Ok(false),
+        }
+    }
+
+    fn poll_write_client(&mut self, cx: &mut Context<'_>) -> Result<bool, RelayEnd> {
+        let (buf, injected) = if !self.s_inject.is_empty() {
+            (&self.s_inject[..], true)
+        } else if self.s.ready > 0 {
+            (&self.server.rbuf[..self.s.ready], false)
+        } else {
+            return Ok(false);
+        };
+        match Pin::new(&mut self.client.stream).poll_write(cx, buf) {
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone { clean: false }),
+            Poll::Ready(Ok(n)) => {
+                PoolStats::add(&self.stats.bytes_sent, n as u64);
+                if injected {
+                    self.s_inject.advance(n);
+                } else {
+                    self.server.rbuf.advance(n);
+                    self.s.ready -= n;
+                    self.s.need = self.s.need.saturating_sub(n);
+                }
+                Ok(true)
+            }
+            Poll::Pending => Ok(false),
+        }
+    }
+
     fn server_gone(&self) -> RelayEnd {
         RelayEnd::ServerGone(ClientNotice::new(
             sqlstate::CONNECTION_FAILURE,
             "server conn crashed?",
         ))
-    }
-
-    /// Inspect newly read client bytes: count requests that the server answers with ReadyForQuery,
-    /// note unsynced extended messages, and stop at Terminate (never forwarded: the server stays).
-    fn scan_client(&mut self) -> Result<(), RelayEnd> {
-        while self.c.ready < self.client.rbuf.len() && !self.client_done {
-            let len = self.client.rbuf.len();
-            if self.c.remaining > 0 {
-                let take = self.c.remaining.min(len - self.c.ready);
-                self.c.ready += take;
-                self.c.remaining -= take;
-                continue;
-            }
-            let header = match peek_header(&self.client.rbuf[self.c.ready..], self.max_packet) {
-                Ok(Some(h)) => h,
-                Ok(None) => break,
-                Err(e) => {
-                    return Err(RelayEnd::Fatal {
-                        notice: ClientNotice::new(
-                            sqlstate::PROTOCOL_VIOLATION,
-                            format!("bad packet header: {e}"),
-                        ),
-                        server_clean: false,
-                    })
-                }
-            };
-            match header.tag {
-                frontend_tag::TERMINATE => {
-                    self.client_done = true;
-                    break;
-                }
-                frontend_tag::QUERY | frontend_tag::FUNCTION_CALL => self.request_sent(false),
-                frontend_tag::SYNC => self.request_sent(true),
-                frontend_tag::PARSE
-                | frontend_tag::BIND
-                | frontend_tag::DESCRIBE
-                | frontend_tag::EXECUTE
-                | frontend_tag::CLOSE => {
-                    self.unsynced = true;
-                    self.mark_query_start();
-                }
-                _ => {}
-            }
-            let total = header.total_len();
-            let avail = len - self.c.ready;
-            let take = total.min(avail);
-            self.c.ready += take;
-            self.c.remaining = total - take;
-        }
-        Ok(())
     }
 
     fn mark_query_start(&mut self) {
@@ -309,65 +329,6 @@ impl<'a> Relay<'a> {
         }
         if self.xact_started.is_none() {
             self.xact_started = Some(now);
-        }
-    }
-
-    fn request_sent(&mut self, sync: bool) {
-        self.pending_rfq += 1;
-        if sync {
-            self.unsynced = false;
-        }
-        self.mark_query_start();
-    }
-
-    /// Inspect newly read server bytes: ReadyForQuery ends a request (and maybe the transaction),
-    /// ParameterStatus updates both the server's and the client's parameter cache.
-    fn scan_server(&mut self) -> Result<(), RelayEnd> {
-        loop {
-            let len = self.server.rbuf.len();
-            if self.s.ready >= len {
-                return Ok(());
-            }
-            if self.s.remaining > 0 {
-                let take = self.s.remaining.min(len - self.s.ready);
-                self.s.ready += take;
-                self.s.remaining -= take;
-                continue;
-            }
-            let header = match peek_header(&self.server.rbuf[self.s.ready..], self.max_packet) {
-                Ok(Some(h)) => h,
-                Ok(None) => return Ok(()),
-                Err(_) => return Err(self.server_gone()),
-            };
-            let total = header.total_len();
-            let inspect = matches!(
-                header.tag,
-                backend_tag::READY_FOR_QUERY | backend_tag::PARAMETER_STATUS
-            );
-            if inspect {
-                if total > INSPECT_MAX {
-                    return Err(self.server_gone());
-                }
-                if len - self.s.ready < total {
-                    return Ok(());
-                }
-                let body = &self.server.rbuf[self.s.ready + 5..self.s.ready + total];
-                if header.tag == backend_tag::READY_FOR_QUERY {
-                    let status = decode_ready_for_query(body).map_err(|_| self.server_gone())?;
-                    self.s.ready += total;
-                    self.ready_for_query(status)?;
-                    continue;
-                }
-                if let Ok((k, v)) = decode_parameter_status(body) {
-                    self.server.params.set(k, v);
-                    if let Some(name) = self.tracked.canonical(k) {
-                        self.client_params.set(name, v);
-                    }
-                }
-            }
-            let take = total.min(len - self.s.ready);
-            self.s.ready += take;
-            self.s.remaining = total - take;
         }
     }
 
@@ -437,12 +398,10 @@ impl<'a> Relay<'a> {
         match self.sleep.as_mut().poll(cx) {
             Poll::Ready(()) => {
                 let server_clean = reason == "client_idle_timeout" && self.server_clean();
-                let code = if reason == "idle transaction timeout" {
-                    sqlstate::IDLE_IN_TRANSACTION_TIMEOUT
-                } else if reason == "query timeout" {
-                    sqlstate::QUERY_CANCELED
-                } else {
-                    sqlstate::PROTOCOL_VIOLATION
+                let code = match reason {
+                    "idle transaction timeout" => sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
+                    "query timeout" => sqlstate::QUERY_CANCELED,
+                    _ => sqlstate::PROTOCOL_VIOLATION,
                 };
                 Poll::Ready(RelayEnd::Fatal {
                     notice: ClientNotice::new(code, reason),
@@ -457,5 +416,13 @@ impl<'a> Relay<'a> {
 fn reserve(buf: &mut BytesMut) {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(READ_CHUNK);
+    }
+}
+
+/// A fatal protocol error caused by the client.
+fn client_violation(sqlstate: &str, message: String) -> RelayEnd {
+    RelayEnd::Fatal {
+        notice: ClientNotice::new(sqlstate, message),
+        server_clean: false,
     }
 }

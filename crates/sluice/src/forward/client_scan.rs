@@ -1,0 +1,317 @@
+//! Client -> server scanning: count the requests the server will answer, stop at Terminate, and
+//! (when rewriting) turn named prepared statements into the pooler's server-side statements.
+
+use bytes::{Buf, BufMut};
+use sluice_protocol::{
+    decode_describe_or_close, decode_parse, encode_close, encode_describe, frontend_tag,
+    peek_header,
+};
+
+use super::expect::{Action, Expect};
+use super::{client_violation, Relay, RelayEnd};
+use crate::error::sqlstate;
+use crate::prepared::Statement;
+use std::sync::Arc;
+
+const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+
+/// What happened to one client message.
+enum Step {
+    /// Forward it unchanged.
+    PassThrough,
+    /// It was consumed from the buffer (rewritten into the injection buffer, or absorbed).
+    Consumed,
+    /// More bytes, or an empty output, are needed first.
+    Wait,
+}
+
+impl Relay<'_> {
+    pub(super) fn scan_client(&mut self) -> Result<(), RelayEnd> {
+        loop {
+            let len = self.client.rbuf.len();
+            if self.c.remaining > 0 {
+                if self.c.ready >= len {
+                    return Ok(());
+                }
+                let take = self.c.remaining.min(len - self.c.ready);
+                self.c.ready += take;
+                self.c.remaining -= take;
+                continue;
+            }
+            if self.client_done || self.c.ready >= len {
+                return Ok(());
+            }
+            let header = match peek_header(&self.client.rbuf[self.c.ready..], self.max_packet) {
+                Ok(Some(h)) => h,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    return Err(client_violation(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        format!("bad packet header: {e}"),
+                    ))
+                }
+            };
+            let tag = header.tag;
+            let total = header.total_len();
+            let avail = len - self.c.ready;
+            if tag == frontend_tag::TERMINATE {
+                self.client_done = true;
+                return Ok(());
+            }
+            let rewrite = self.prepared.is_some()
+                && matches!(
+                    tag,
+                    frontend_tag::PARSE
+                        | frontend_tag::BIND
+                        | frontend_tag::DESCRIBE
+                        | frontend_tag::CLOSE
+                );
+            if rewrite {
+                match self.rewrite(tag, total, avail)? {
+                    Step::Wait => return Ok(()),
+                    Step::Consumed => {
+                        self.c.need = 0;
+                        continue;
+                    }
+                    Step::PassThrough => {}
+                }
+            }
+            self.track_request(tag);
+            let take = total.min(avail);
+            self.c.ready += take;
+            self.c.remaining = total - take;
+            self.c.need = 0;
+        }
+    }
+
+    /// Account for a request that goes to the server unchanged.
+    fn track_request(&mut self, tag: u8) {
+        let expect = match tag {
+            frontend_tag::QUERY | frontend_tag::FUNCTION_CALL => {
+                self.pending_rfq += 1;
+                Expect::UntilReady
+            }
+            frontend_tag::SYNC => {
+                self.pending_rfq += 1;
+                self.unsynced = false;
+                Expect::Sync
+            }
+            frontend_tag::PARSE => Expect::Parse {
+                action: Action::Forward,
+                client_name: None,
+                cached: None,
+            },
+            frontend_tag::BIND => Expect::Bind,
+            frontend_tag::DESCRIBE => Expect::Describe,
+            frontend_tag::EXECUTE => Expect::Execute,
+            frontend_tag::CLOSE => Expect::Close {
+                action: Action::Forward,
+            },
+            _ => return,
+        };
+        if expect.is_extended() {
+            self.unsynced = true;
+        }
+        self.mark_query_start();
+        self.push(expect);
+    }
+
+    /// Queue the reply a request will get. After an error the server ignores extended messages
+    /// until Sync, so those get no entry.
+    fn push(&mut self, e: Expect) {
+        if self.prepared.is_none() {
+            return;
+        }
+        if e == Expect::Sync {
+            self.discard_until_sync = false;
+        } else if self.discard_until_sync && e.is_extended() {
+            return;
+        }
+        self.expect.push_back(e);
+    }
+
+    /// Parse/Bind/Describe/Close while rewriting prepared statements.
+    fn rewrite(&mut self, tag: u8, total: usize, avail: usize) -> Result<Step, RelayEnd> {
+        let start = self.c.ready;
+        if tag == frontend_tag::BIND {
+            return self.rewrite_bind(total, avail);
+        }
+        // Parse, Describe and Close are inspected whole.
+        if avail < total {
+            self.c.need = start + total;
+            return Ok(Step::Wait);
+        }
+        let body = &self.client.rbuf[start + 5..start + total];
+        let malformed = |what: &str| {
+            client_violation(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!("malformed {what} message"),
+            )
+        };
+        match tag {
+            frontend_tag::PARSE => {
+                let view = decode_parse(body).map_err(|_| malformed("Parse"))?;
+                if view.name.is_empty() {
+                    return Ok(Step::PassThrough);
+                }
+                if start > 0 {
+                    return Ok(Step::Wait);
+                }
+                let Some(prep) = self.prepared.as_mut() else {
+                    return Ok(Step::PassThrough);
+                };
+                if prep.client.contains(view.name) {
+                    return Err(client_violation(
+                        DUPLICATE_PREPARED_STATEMENT,
+                        format!("prepared statement \"{}\" already exists", view.name),
+                    ));
+                }
+                let name = view.name.to_string();
+                let stmt = prep.registry.intern(view.query, &view.param_types);
+                self.client.rbuf.advance(total);
+                self.unsynced = true;
+                self.mark_query_start();
+                let Some(prep) = self.prepared.as_mut() else {
+                    return Ok(Step::Consumed);
+                };
+                if self.discard_until_sync {
+                    // The server would skip this Parse: the statement is not created.
+                    return Ok(Step::Consumed);
+                }
+                prep.client.insert(&name, stmt.clone());
+                if self.server.prepared.touch(stmt.id) {
+                    self.push(Expect::Parse {
+                        action: Action::Fake,
+                        client_name: Some(name),
+                        cached: None,
+                    });
+                } else {
+                    self.send_prepare(&stmt, Some(name));
+                }
+                Ok(Step::Consumed)
+            }
+            frontend_tag::DESCRIBE | frontend_tag::CLOSE => {
+                let (kind, name) =
+                    decode_describe_or_close(body).map_err(|_| malformed("Describe/Close"))?;
+                if kind != b'S' || name.is_empty() {
+                    return Ok(Step::PassThrough);
+                }
+                if start > 0 {
+                    return Ok(Step::Wait);
+                }
+                let name = name.to_string();
+                self.client.rbuf.advance(total);
+                self.unsynced = true;
+                self.mark_query_start();
+                let Some(prep) = self.prepared.as_mut() else {
+                    return Ok(Step::Consumed);
+                };
+                if tag == frontend_tag::CLOSE {
+                    // The server copy stays cached for other clients; the client forgets its name.
+                    prep.client.remove(&name);
+                    self.push(Expect::Close {
+                        action: Action::Fake,
+                    });
+                    return Ok(Step::Consumed);
+                }
+                let stmt = self.client_statement(&name)?;
+                self.ensure_prepared(&stmt);
+                encode_describe(b'S', &stmt.server_name, &mut self.c_inject);
+                self.push(Expect::Describe);
+                Ok(Step::Consumed)
+            }
+            _ => Ok(Step::PassThrough),
+        }
+    }
+
+    /// Bind names its statement near the start; only that head is rewritten, the parameters stream.
+    fn rewrite_bind(&mut self, total: usize, avail: usize) -> Result<Step, RelayEnd> {
+        let start = self.c.ready;
+        let visible = &self.client.rbuf[start + 5.min(avail)..start + total.min(avail)];
+        let mut nuls = visible
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == 0)
+            .map(|(i, _)| i);
+        let (Some(portal_end), Some(stmt_end)) = (nuls.next(), nuls.next()) else {
+            if avail < total {
+                self.c.need = start + total.min(avail + 4096);
+                return Ok(Step::Wait);
+            }
+            return Err(client_violation(
+                sqlstate::PROTOCOL_VIOLATION,
+                "malformed Bind message".into(),
+            ));
+        };
+        if stmt_end == portal_end + 1 {
+            return Ok(Step::PassThrough); // unnamed statement
+        }
+        if start > 0 {
+            return Ok(Step::Wait);
+        }
+        let name = String::from_utf8_lossy(&visible[portal_end + 1..stmt_end]).into_owned();
+        let portal = visible[..portal_end].to_vec();
+        let stmt = self.client_statement(&name)?;
+        self.ensure_prepared(&stmt);
+        let head_len = 5 + stmt_end + 1;
+        let new_len = total - 1 - name.len() + stmt.server_name.len();
+        let out = &mut self.c_inject;
+        out.put_u8(frontend_tag::BIND);
+        out.put_u32(new_len as u32);
+        out.put_slice(&portal);
+        out.put_u8(0);
+        out.put_slice(stmt.server_name.as_bytes());
+        out.put_u8(0);
+        self.client.rbuf.advance(head_len);
+        self.c.remaining = total - head_len;
+        self.unsynced = true;
+        self.mark_query_start();
+        self.push(Expect::Bind);
+        Ok(Step::Consumed)
+    }
+
+    fn client_statement(&self, name: &str) -> Result<Arc<Statement>, RelayEnd> {
+        self.prepared
+            .as_ref()
+            .and_then(|p| p.client.get(name).cloned())
+            .ok_or_else(|| {
+                client_violation(
+                    INVALID_SQL_STATEMENT_NAME,
+                    format!("prepared statement \"{name}\" does not exist"),
+                )
+            })
+    }
+
+    /// Make sure the linked server has `stmt` prepared, injecting a Parse whose reply is dropped.
+    fn ensure_prepared(&mut self, stmt: &Arc<Statement>) {
+        if !self.server.prepared.touch(stmt.id) {
+            self.send_prepare(stmt, None);
+        }
+    }
+
+    /// Send the statement's Parse (for the client, or injected), closing what the LRU evicts.
+    fn send_prepare(&mut self, stmt: &Arc<Statement>, client_name: Option<String>) {
+        if self.discard_until_sync {
+            return;
+        }
+        let max = self.prepared.as_ref().map_or(1, |p| p.max_per_server);
+        for old in self.server.prepared.insert(stmt.clone(), max) {
+            encode_close(b'S', &old.server_name, &mut self.c_inject);
+            self.push(Expect::Close {
+                action: Action::Skip,
+            });
+        }
+        self.c_inject.extend_from_slice(&stmt.parse_message);
+        let action = if client_name.is_some() {
+            Action::Forward
+        } else {
+            Action::Skip
+        };
+        self.push(Expect::Parse {
+            action,
+            client_name,
+            cached: Some(stmt.id),
+        });
+    }
+}

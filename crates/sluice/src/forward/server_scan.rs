@@ -1,0 +1,238 @@
+//! Server -> client scanning: ReadyForQuery ends requests (and maybe the transaction),
+//! ParameterStatus updates both parameter caches, and, while rewriting prepared statements, replies
+//! are matched to the request queue to drop injected ones and synthesize absorbed ones.
+
+use bytes::Buf;
+use sluice_protocol::{backend_tag, decode_parameter_status, decode_ready_for_query, peek_header};
+
+use super::expect::{Action, Expect};
+use super::{Relay, RelayEnd, INSPECT_MAX};
+
+/// What to do with one server reply.
+enum Route {
+    Forward,
+    Drop,
+}
+
+const PARSE_COMPLETE: [u8; 5] = [backend_tag::PARSE_COMPLETE, 0, 0, 0, 4];
+const CLOSE_COMPLETE: [u8; 5] = [backend_tag::CLOSE_COMPLETE, 0, 0, 0, 4];
+
+impl Relay<'_> {
+    pub(super) fn scan_server(&mut self) -> Result<(), RelayEnd> {
+        let rewriting = self.prepared.is_some();
+        loop {
+            let len = self.server.rbuf.len();
+            if self.s.remaining > 0 {
+                if self.s.ready >= len {
+                    return Ok(());
+                }
+                let take = self.s.remaining.min(len - self.s.ready);
+                self.s.ready += take;
+                self.s.remaining -= take;
+                continue;
+            }
+            if rewriting && !self.drain_fakes() {
+                return Ok(()); // a synthesized reply waits for the output to drain
+            }
+            if self.s.ready >= len {
+                return Ok(());
+            }
+            let header = match peek_header(&self.server.rbuf[self.s.ready..], self.max_packet) {
+                Ok(Some(h)) => h,
+                Ok(None) => return Ok(()),
+                Err(_) => return Err(self.server_gone()),
+            };
+            let tag = header.tag;
+            let total = header.total_len();
+            let avail = len - self.s.ready;
+            let inspect = matches!(
+                tag,
+                backend_tag::READY_FOR_QUERY | backend_tag::PARAMETER_STATUS
+            ) || (rewriting
+                && matches!(
+                    tag,
+                    backend_tag::PARSE_COMPLETE
+                        | backend_tag::CLOSE_COMPLETE
+                        | backend_tag::COMMAND_COMPLETE
+                ));
+            if inspect {
+                if total > INSPECT_MAX {
+                    return Err(self.server_gone());
+                }
+                if avail < total {
+                    self.s.need = self.s.ready + total;
+                    return Ok(());
+                }
+            }
+            let start = self.s.ready;
+            match tag {
+                backend_tag::READY_FOR_QUERY => {
+                    let body = &self.server.rbuf[start + 5..start + total];
+                    let status = decode_ready_for_query(body).map_err(|_| self.server_gone())?;
+                    if rewriting {
+                        self.pop_through_sync();
+                    }
+                    self.s.ready += total;
+                    self.s.need = 0;
+                    self.ready_for_query(status)?;
+                    continue;
+                }
+                backend_tag::PARAMETER_STATUS => {
+                    let body = &self.server.rbuf[start + 5..start + total];
+                    if let Ok((k, v)) = decode_parameter_status(body) {
+                        self.server.params.set(k, v);
+                        if let Some(name) = self.tracked.canonical(k) {
+                            self.client_params.set(name, v);
+                        }
+                    }
+                }
+                _ if rewriting => {
+                    if self.s.ready > 0 && self.reply_is_dropped(tag) {
+                        return Ok(()); // dropped replies are cut from the front of the buffer
+                    }
+                    if let Route::Drop = self.route(tag, start, total) {
+                        self.server.rbuf.advance(total);
+                        self.s.need = 0;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+            let take = total.min(avail);
+            self.s.ready += take;
+            self.s.remaining = total - take;
+            self.s.need = 0;
+        }
+    }
+
+    /// Is this reply the answer to a request the pooler injected?
+    fn reply_is_dropped(&self, tag: u8) -> bool {
+        match (tag, self.expect.front()) {
+            (backend_tag::PARSE_COMPLETE, Some(Expect::Parse { action, .. }))
+            | (backend_tag::CLOSE_COMPLETE, Some(Expect::Close { action })) => {
+                *action == Action::Skip
+            }
+            _ => false,
+        }
+    }
+
+    /// Match a reply against the request queue (rewriting mode only).
+    fn route(&mut self, tag: u8, start: usize, total: usize) -> Route {
+        let front = self.expect.front();
+        match tag {
+            backend_tag::ERROR_RESPONSE => {
+                if front.is_some_and(Expect::is_extended) {
+                    self.error_in_batch();
+                }
+                Route::Forward
+            }
+            backend_tag::PARSE_COMPLETE => match front {
+                Some(Expect::Parse { action, .. }) => {
+                    let drop = *action == Action::Skip;
+                    self.expect.pop_front();
+                    if drop {
+                        Route::Drop
+                    } else {
+                        Route::Forward
+                    }
+                }
+                _ => Route::Forward,
+            },
+            backend_tag::CLOSE_COMPLETE => match front {
+                Some(Expect::Close { action }) => {
+                    let drop = *action == Action::Skip;
+                    self.expect.pop_front();
+                    if drop {
+                        Route::Drop
+                    } else {
+                        Route::Forward
+                    }
+                }
+                _ => Route::Forward,
+            },
+            backend_tag::BIND_COMPLETE => {
+                if front == Some(&Expect::Bind) {
+                    self.expect.pop_front();
+                }
+                Route::Forward
+            }
+            backend_tag::ROW_DESCRIPTION | backend_tag::NO_DATA => {
+                if front == Some(&Expect::Describe) {
+                    self.expect.pop_front();
+                }
+                Route::Forward
+            }
+            backend_tag::COMMAND_COMPLETE
+            | backend_tag::EMPTY_QUERY
+            | backend_tag::PORTAL_SUSPENDED => {
+                if tag == backend_tag::COMMAND_COMPLETE {
+                    let body = &self.server.rbuf[start + 5..start + total];
+                    if body == b"DISCARD ALL\0" || body == b"DEALLOCATE ALL\0" {
+                        self.server.prepared.clear();
+                        if let Some(p) = self.prepared.as_mut() {
+                            p.client.clear();
+                        }
+                    }
+                }
+                if front == Some(&Expect::Execute) {
+                    self.expect.pop_front();
+                }
+                Route::Forward
+            }
+            _ => Route::Forward,
+        }
+    }
+
+    /// An error in an extended-protocol batch: the failed request and everything up to the next
+    /// Sync get no (further) reply. Statements whose Parse did not happen are forgotten.
+    fn error_in_batch(&mut self) {
+        while let Some(e) = self.expect.front() {
+            if *e == Expect::Sync {
+                return;
+            }
+            if let Some(Expect::Parse {
+                client_name,
+                cached,
+                ..
+            }) = self.expect.pop_front()
+            {
+                if let Some(id) = cached {
+                    self.server.prepared.remove(id);
+                }
+                if let (Some(name), Some(p)) = (client_name, self.prepared.as_mut()) {
+                    p.client.remove(&name);
+                }
+            }
+        }
+        self.discard_until_sync = true;
+    }
+
+    /// ReadyForQuery answers the oldest Sync / Query / FunctionCall.
+    fn pop_through_sync(&mut self) {
+        while let Some(e) = self.expect.pop_front() {
+            if matches!(e, Expect::Sync | Expect::UntilReady) {
+                return;
+            }
+        }
+    }
+
+    /// Emit synthesized replies that are due (queue front) once everything before them was written.
+    /// Returns false when a due reply still waits for the output to drain.
+    pub(super) fn drain_fakes(&mut self) -> bool {
+        while let Some(front) = self.expect.front() {
+            if front.action() != Action::Fake {
+                return true;
+            }
+            if self.s.ready > 0 || self.s.remaining > 0 {
+                return false;
+            }
+            let bytes = match front {
+                Expect::Close { .. } => &CLOSE_COMPLETE,
+                _ => &PARSE_COMPLETE,
+            };
+            self.s_inject.extend_from_slice(bytes);
+            self.expect.pop_front();
+        }
+        true
+    }
+}
