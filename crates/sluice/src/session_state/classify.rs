@@ -570,3 +570,42 @@ fn is_pg_temp(t: &Token<'_>) -> bool {
     prefix_ok
         && (n.is_empty() || n.len() > 1 && n[0] == b'_' && n[1..].iter().all(u8::is_ascii_digit))
 }
+
+impl Statement<'_> {
+    /// A statement that re-creates this parameter change on another server, for tracked kinds
+    /// (`Set` outside a transaction's scope, `Reset`, `ResetAll`): SET/RESET statements replay
+    /// their own text; `set_config()` calls become `SELECT pg_catalog.set_config(...)` alone,
+    /// so that other calls in the original statement are not repeated. None when the change
+    /// cannot be replayed from the text (unknown name, a bind parameter in the value).
+    pub fn replay_sql(&self) -> Option<String> {
+        let own_text = || Some(String::from_utf8_lossy(self.text).into_owned());
+        match &self.kind {
+            StatementKind::Reset { .. } | StatementKind::ResetAll => own_text(),
+            StatementKind::Set {
+                name,
+                value_text,
+                local: false,
+            } => {
+                if *name == SetName::Unknown || references_params(*value_text) {
+                    return None;
+                }
+                let head_is_set = Lexer::new(self.text).next().is_some_and(|t| t.is_kw("set"));
+                if head_is_set {
+                    return own_text();
+                }
+                let name = match name {
+                    SetName::Param(p) => p.as_ref(),
+                    SetName::Role => "role",
+                    SetName::SessionAuthorization => "session_authorization",
+                    _ => return None,
+                };
+                Some(format!(
+                    "SELECT pg_catalog.set_config('{}', {}, false)",
+                    name.replace('\'', "''"),
+                    String::from_utf8_lossy(value_text)
+                ))
+            }
+            _ => None,
+        }
+    }
+}

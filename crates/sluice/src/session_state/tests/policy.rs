@@ -206,3 +206,28 @@ fn pathological_nesting_is_linear_enough() {
     let many = "SELECT 1;".repeat(10_000);
     assert_eq!(classify(&many).count(), 10_000);
 }
+
+#[test]
+fn replay_sql_for_tracked_kinds() {
+    let replay =
+        |sql: &str| -> Vec<Option<String>> { classify(sql).map(|s| s.replay_sql()).collect() };
+    assert_eq!(
+        replay("SET search_path TO a, \"B\" -- c\n; RESET x; RESET ALL"),
+        vec![
+            Some("SET search_path TO a, \"B\"".into()),
+            Some("RESET x".into()),
+            Some("RESET ALL".into())
+        ]
+    );
+    assert_eq!(
+        replay("SELECT pg_advisory_lock(1), set_config('it''s', 'v', false)"),
+        vec![
+            None,
+            Some("SELECT pg_catalog.set_config('it''s', 'v', false)".into())
+        ]
+    );
+    assert_eq!(replay("SELECT set_config('x', $1, false)"), vec![None]);
+    assert_eq!(replay("SELECT set_config($1, 'v', false)"), vec![None]);
+    assert_eq!(replay("SET LOCAL x = 1"), vec![None]);
+    assert_eq!(replay("SELECT 1"), vec![None]);
+}
