@@ -137,7 +137,17 @@ impl Relay<'_> {
         if tag == frontend_tag::BIND {
             return self.rewrite_bind(total, avail);
         }
-        // Parse, Describe and Close are inspected whole.
+        // Unnamed statements pass through without decoding: Parse starts with the statement name,
+        // Describe/Close with the kind byte then the name, so an empty name is visible up front.
+        let name_at = if tag == frontend_tag::PARSE { 5 } else { 6 };
+        let head = &self.client.rbuf[start..start + avail.min(total)];
+        if tag != frontend_tag::PARSE && head.get(5).is_some_and(|k| *k == b'P') {
+            return Ok(Step::PassThrough);
+        }
+        if head.get(name_at) == Some(&0) {
+            return Ok(Step::PassThrough);
+        }
+        // Named: Parse, Describe and Close are inspected whole.
         if avail < total {
             self.c.need = start + total;
             return Ok(Step::Wait);
