@@ -15,7 +15,7 @@ declare_settings! {
     /// The `[pgbouncer]` section. Defaults are PgBouncer 1.25's. Durations are `Seconds`, comma lists
     /// `Vec<String>`, "not set" strings `Option<String>`.
     pub struct Settings in PGBOUNCER_SETTINGS {
-        admin_users: Vec<String> = "", reloadable, unsupported, "Comma list of users allowed all admin console commands.";
+        admin_users: Vec<String> = "", reloadable, supported, "Comma list of users allowed all admin console commands.";
         application_name_add_host: bool = "0", reloadable, supported, "Append ' - <addr>:<port>' of the client to application_name at login.";
         auth_dbname: Option<String> = "", reloadable, unsupported, "Database (from [databases]) in which auth_query runs.";
         auth_file: Option<String> = "", reloadable, supported, "userlist file with user names and passwords or SCRAM/md5 secrets.";
@@ -97,7 +97,7 @@ declare_settings! {
         service_name: String = "pgbouncer", fixed, unsupported, "Windows service name (alias of job_name).";
         so_reuseport: bool = "0", fixed, supported, "Set SO_REUSEPORT on TCP listeners.";
         stats_period: u32 = "60", reloadable, supported, "Whole seconds between statistics averages and stats log lines.";
-        stats_users: Vec<String> = "", reloadable, unsupported, "Comma list of users allowed read-only admin console commands.";
+        stats_users: Vec<String> = "", reloadable, supported, "Comma list of users allowed read-only admin console commands.";
         suspend_timeout: Seconds = "10", reloadable, unsupported, "Seconds to flush buffers during SUSPEND before dropping laggards.";
         syslog: bool = "0", reloadable, unsupported, "Also log to syslog.";
         syslog_facility: String = "daemon", reloadable, unsupported, "Syslog facility.";
@@ -122,6 +122,7 @@ declare_settings! {
 declare_settings! {
     /// The `[sluice]` section: settings PgBouncer does not have.
     pub struct SluiceSettings in SLUICE_SETTINGS {
+        metrics_listen_addr: Option<String> = "", fixed, supported, "host:port of the HTTP listener serving Prometheus /metrics and /health (e.g. 127.0.0.1:9127); empty = off.";
         workers: u32 = "0", fixed, supported, "Worker threads; 0 = number of CPU cores.";
     }
 }

@@ -185,6 +185,8 @@ const SUPPORTED: &[&str] = &[
     "tcp_socket_buffer",
     "max_db_client_connections",
     "max_user_client_connections",
+    "admin_users",
+    "stats_users",
 ];
 
 #[test]
@@ -279,6 +281,7 @@ fn default_values_are_pgbouncers() {
     assert!(s.log_connections && s.tcp_keepalive && !s.server_round_robin);
     assert_eq!(s.tcp_defer_accept, cfg!(target_os = "linux"));
     assert_eq!(SluiceSettings::default().workers, 0);
+    assert_eq!(SluiceSettings::default().metrics_listen_addr, None);
 }
 
 #[test]
