@@ -1,6 +1,9 @@
 //! Process phases (running, the two graceful shutdown modes, exit) and the commands that move
-//! between them: signals and, later, admin console commands.
+//! between them (signals, admin SHUTDOWN), plus the PAUSE/SUSPEND/DISABLE flags the admin console sets.
 
+use std::collections::BTreeSet;
+
+use parking_lot::Mutex;
 use tokio::sync::watch;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,9 +56,149 @@ impl Lifecycle {
     }
 }
 
+/// Why a PAUSE/RESUME/SUSPEND request is refused (PgBouncer's wording).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("already suspended/paused")]
+    AlreadyPaused,
+    #[error("pooler is not paused/suspended")]
+    NotPaused,
+    #[error("database {0} is not paused")]
+    DbNotPaused(String),
+    #[error("database {0} is already paused")]
+    DbAlreadyPaused(String),
+    #[error("pooler is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Debug, Default)]
+struct ControlState {
+    paused: bool,
+    suspended: bool,
+    paused_dbs: BTreeSet<String>,
+    disabled_dbs: BTreeSet<String>,
+}
+
+/// The admin console's switches: global PAUSE/SUSPEND, per-database PAUSE, DISABLE. Pools read
+/// them when created; the admin commands push changes to existing pools.
+#[derive(Debug, Default)]
+pub struct Control {
+    state: Mutex<ControlState>,
+}
+
+impl Control {
+    /// New work for `db` must not get a server.
+    pub fn db_paused(&self, db: &str) -> bool {
+        let st = self.state.lock();
+        st.paused || st.suspended || st.paused_dbs.contains(db)
+    }
+
+    pub fn db_disabled(&self, db: &str) -> bool {
+        self.state.lock().disabled_dbs.contains(db)
+    }
+
+    pub fn db_explicitly_paused(&self, db: &str) -> bool {
+        self.state.lock().paused_dbs.contains(db)
+    }
+
+    /// (paused, suspended) for SHOW STATE.
+    pub fn flags(&self) -> (bool, bool) {
+        let st = self.state.lock();
+        (st.paused, st.suspended)
+    }
+
+    pub fn pause_all(&self) -> Result<(), ControlError> {
+        let mut st = self.state.lock();
+        if st.paused || st.suspended {
+            return Err(ControlError::AlreadyPaused);
+        }
+        st.paused = true;
+        Ok(())
+    }
+
+    pub fn pause_db(&self, db: &str) -> Result<(), ControlError> {
+        let mut st = self.state.lock();
+        if st.paused || st.suspended {
+            return Err(ControlError::AlreadyPaused);
+        }
+        if !st.paused_dbs.insert(db.to_string()) {
+            return Err(ControlError::DbAlreadyPaused(db.to_string()));
+        }
+        Ok(())
+    }
+
+    /// KILL: pause without the already-paused check.
+    pub fn force_pause(&self, db: Option<&str>) {
+        let mut st = self.state.lock();
+        match db {
+            Some(d) => {
+                st.paused_dbs.insert(d.to_string());
+            }
+            None => st.paused = true,
+        }
+    }
+
+    pub fn suspend(&self) -> Result<(), ControlError> {
+        let mut st = self.state.lock();
+        if st.paused || st.suspended || !st.paused_dbs.is_empty() {
+            return Err(ControlError::AlreadyPaused);
+        }
+        st.suspended = true;
+        Ok(())
+    }
+
+    /// RESUME (all): clears PAUSE, SUSPEND and every per-database pause.
+    pub fn resume_all(&self) -> Result<(), ControlError> {
+        let mut st = self.state.lock();
+        if !st.paused && !st.suspended && st.paused_dbs.is_empty() {
+            return Err(ControlError::NotPaused);
+        }
+        st.paused = false;
+        st.suspended = false;
+        st.paused_dbs.clear();
+        Ok(())
+    }
+
+    pub fn resume_db(&self, db: &str) -> Result<(), ControlError> {
+        let mut st = self.state.lock();
+        if !st.paused_dbs.remove(db) {
+            return Err(ControlError::DbNotPaused(db.to_string()));
+        }
+        Ok(())
+    }
+
+    pub fn set_disabled(&self, db: &str, disabled: bool) {
+        let mut st = self.state.lock();
+        if disabled {
+            st.disabled_dbs.insert(db.to_string());
+        } else {
+            st.disabled_dbs.remove(db);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pause_resume_rules() {
+        let c = Control::default();
+        assert_eq!(c.resume_all(), Err(ControlError::NotPaused));
+        c.pause_db("app").unwrap();
+        assert!(c.db_paused("app") && !c.db_paused("other"));
+        assert_eq!(c.suspend(), Err(ControlError::AlreadyPaused));
+        assert_eq!(
+            c.resume_db("other"),
+            Err(ControlError::DbNotPaused("other".into()))
+        );
+        c.resume_db("app").unwrap();
+        c.pause_all().unwrap();
+        assert_eq!(c.pause_all(), Err(ControlError::AlreadyPaused));
+        assert!(c.db_paused("other"));
+        c.resume_all().unwrap();
+        assert!(!c.db_paused("app"));
+    }
 
     #[test]
     fn second_graceful_signal_exits() {

@@ -61,6 +61,8 @@ pub struct ServerSlots {
     pub pool: Slot,
     pub database: Slot,
     pub user: Slot,
+    /// Keeps the server's SHOW SERVERS record alive exactly as long as the connection.
+    pub tracker: Option<super::servers::ServerTracker>,
 }
 
 impl ServerSlots {
@@ -80,6 +82,7 @@ impl ServerSlots {
             pool,
             database,
             user,
+            tracker: None,
         })
     }
 }

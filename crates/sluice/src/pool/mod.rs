@@ -8,11 +8,13 @@ pub mod janitor;
 pub mod registry;
 pub mod resolve;
 pub mod rules;
+pub mod servers;
 pub mod settings;
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +32,7 @@ use crate::stats::PoolStats;
 use connector::Connector;
 use counter::{ConnCounter, LimitHit, ServerSlots};
 use rules::{Growth, PoolSnapshot};
+use servers::{ServerBook, ServerState};
 pub use settings::PoolSettings;
 
 /// Identity of a pool: the database name clients use and the user the pool logs in as.
@@ -47,6 +50,8 @@ impl fmt::Display for PoolKey {
 
 type WaiterReply = Result<PooledServer, PoolError>;
 
+// Short-lived on the stack between the lock and the hand-out; boxing would allocate per checkout.
+#[allow(clippy::large_enum_variant)]
 enum Ticket {
     Idle(ServerConn),
     Queued(u64, oneshot::Receiver<WaiterReply>, Vec<ServerSlots>),
@@ -76,6 +81,8 @@ struct PoolState {
     clients: usize,
     removed: bool,
     paused: bool,
+    /// Handed-out servers running server_check_query (sv_tested).
+    testing: usize,
     /// The last growth attempt hit max_db_connections or max_user_connections.
     limit_blocked: bool,
 }
@@ -86,8 +93,14 @@ pub struct PoolCounts {
     pub clients: usize,
     pub waiting: usize,
     pub max_wait: Duration,
+    /// Handed out (linked to a client or being tested).
     pub active: usize,
+    /// Idle and usable at once (sv_idle).
     pub idle: usize,
+    /// Idle longer than server_check_delay: checked before reuse (sv_used).
+    pub used: usize,
+    /// Running server_check_query (sv_tested; also counted in `active`).
+    pub tested: usize,
     pub connecting: usize,
     pub total: usize,
 }
@@ -104,6 +117,10 @@ pub struct Pool {
     /// ParameterStatus set of the first server that logged in: the pool's "welcome message".
     welcome: Mutex<Option<Arc<ParamMap>>>,
     pub stats: PoolStats,
+    /// Live servers for SHOW SERVERS.
+    pub servers_book: Arc<ServerBook>,
+    /// RECONNECT: servers with an id up to this one close when next released.
+    close_upto: AtomicU64,
 }
 
 impl Pool {
@@ -125,6 +142,8 @@ impl Pool {
             scram_keys: Mutex::new(None),
             welcome: Mutex::new(None),
             stats: PoolStats::default(),
+            servers_book: Arc::new(ServerBook::default()),
+            close_upto: AtomicU64::new(0),
         })
     }
 
@@ -154,8 +173,14 @@ impl Pool {
     }
 
     pub fn counts(&self) -> PoolCounts {
+        let check_delay = self.settings.load().check_delay;
         let st = self.state.lock();
         let now = Instant::now();
+        let used = st
+            .idle
+            .iter()
+            .filter(|c| rules::needs_check(now - c.last_used, check_delay, true))
+            .count();
         PoolCounts {
             clients: st.clients,
             waiting: st.waiters.len(),
@@ -165,10 +190,45 @@ impl Pool {
                 .map(|w| now - w.since)
                 .unwrap_or_default(),
             active: st.active,
-            idle: st.idle.len(),
+            idle: st.idle.len() - used,
+            used,
+            tested: st.testing,
             connecting: st.connecting,
             total: self.servers.current(),
         }
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.state.lock().paused
+    }
+
+    /// A server that must not be reused: its pool's login changed, or RECONNECT asked for it.
+    pub fn close_needed(&self, id: u64, generation: u64, settings: &PoolSettings) -> bool {
+        generation != settings.generation || id <= self.close_upto.load(Ordering::Relaxed)
+    }
+
+    /// Servers still open that are due to close (WAIT_CLOSE waits for none).
+    pub fn close_needed_count(&self) -> usize {
+        let settings = self.settings();
+        self.servers_book
+            .all()
+            .iter()
+            .filter(|r| self.close_needed(r.id, r.generation, &settings))
+            .count()
+    }
+
+    /// RECONNECT: every current server closes when it is next released; idle ones close now.
+    pub fn reconnect(self: &Arc<Self>) {
+        self.close_upto
+            .fetch_max(self.servers_book.max_id(), Ordering::Relaxed);
+        self.close_idle();
+    }
+
+    /// Close every idle server (PAUSE, KILL, RECONNECT).
+    pub fn close_idle(self: &Arc<Self>) {
+        let idle: Vec<ServerConn> = self.state.lock().idle.drain(..).collect();
+        drop(idle);
+        self.kick();
     }
 
     pub fn client_joined(&self) {
@@ -245,6 +305,7 @@ impl Pool {
         if !st.paused {
             if let Some(conn) = self.take_idle(&mut st, settings) {
                 st.active += 1;
+                self.servers_book.set_state(conn.id, ServerState::Active);
                 return Ok(Ticket::Idle(conn));
             }
             if let Some(f) = &st.failure {
@@ -308,7 +369,7 @@ impl Pool {
             } else {
                 st.idle.pop_back()
             }?;
-            if conn.generation == settings.generation
+            if !self.close_needed(conn.id, conn.generation, settings)
                 && rules::reusable_on_release(conn.created.elapsed(), &settings.timeouts)
                 && conn.stream.is_quiet()
             {
@@ -327,9 +388,16 @@ impl Pool {
         let idle_for = server.last_used.elapsed();
         if let Some(q) = &settings.check_query {
             if rules::needs_check(idle_for, settings.check_delay, true) {
-                if let Err(e) =
-                    query::run_simple(&mut server, q, settings.connect.max_packet_size).await
+                self.servers_book.set_state(server.id, ServerState::Tested);
+                self.state.lock().testing += 1;
+                let checked =
+                    query::run_simple(&mut server, q, settings.connect.max_packet_size).await;
                 {
+                    let mut st = self.state.lock();
+                    st.testing = st.testing.saturating_sub(1);
+                }
+                self.servers_book.set_state(server.id, ServerState::Active);
+                if let Err(e) = checked {
                     tracing::warn!(
                         "S-{}: {} server check failed, closing: {}",
                         server.id,
@@ -352,11 +420,12 @@ impl Pool {
         conn.last_used = Instant::now();
         let keep = reusable
             && conn.is_clean()
-            && conn.generation == settings.generation
+            && !self.close_needed(conn.id, conn.generation, &settings)
             && rules::reusable_on_release(conn.created.elapsed(), &settings.timeouts);
         let mut st = self.state.lock();
         st.active = st.active.saturating_sub(1);
-        if !keep || st.removed {
+        // A paused pool gives its servers up (PAUSE returns once none is left in use).
+        if !keep || st.removed || st.paused {
             drop(st);
             drop(conn);
             self.kick();
@@ -365,8 +434,12 @@ impl Pool {
         if !st.paused {
             while let Some(w) = st.waiters.pop_front() {
                 st.active += 1;
+                let id = conn.id;
                 match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
-                    Ok(()) => return,
+                    Ok(()) => {
+                        self.servers_book.set_state(id, ServerState::Active);
+                        return;
+                    }
                     Err(back) => {
                         st.active -= 1;
                         conn = match back {
@@ -380,6 +453,7 @@ impl Pool {
                 }
             }
         }
+        self.servers_book.set_state(conn.id, ServerState::Idle);
         st.idle.push_back(conn);
     }
 
@@ -415,8 +489,12 @@ impl Pool {
                     return;
                 };
                 st.active += 1;
+                let id = conn.id;
                 match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        self.servers_book.set_state(id, ServerState::Active);
+                        break;
+                    }
                     Err(back) => {
                         st.active -= 1;
                         match back.ok().and_then(|mut s| s.conn.take()) {
@@ -503,14 +581,20 @@ impl Pool {
 
     async fn open_server(self: Arc<Self>, slots: ServerSlots, settings: Arc<PoolSettings>) {
         let keys = self.scram_keys.lock().clone();
+        let started = Instant::now();
         let result = self
             .connector
             .connect(settings.target.clone(), keys, settings.connect)
             .await;
         match result {
             Ok(mut conn) => {
-                conn.slots = Some(slots);
+                self.stats
+                    .connect_time
+                    .observe_us(started.elapsed().as_micros() as u64);
+                let mut slots = slots;
                 conn.generation = settings.generation;
+                slots.tracker = Some(self.servers_book.track(&conn));
+                conn.slots = Some(slots);
                 tracing::debug!(
                     "S-{}: {} new connection to server {}",
                     conn.id,
@@ -572,7 +656,7 @@ impl Pool {
             let mut keep = VecDeque::with_capacity(st.idle.len());
             let mut closing = Vec::new();
             for conn in st.idle.drain(..) {
-                let close = conn.generation != settings.generation
+                let close = self.close_needed(conn.id, conn.generation, &settings)
                     || rules::close_idle(
                         conn.last_used.elapsed(),
                         conn.created.elapsed(),

@@ -240,6 +240,56 @@ async fn max_db_connections_is_shared_between_pools() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn pause_holds_clients_and_gives_servers_up() {
+    let f = fake(1);
+    let pool = pool_with(settings(5, 0), &f, ConnCounter::new());
+    let a = pool.checkout().await.unwrap();
+    pool.set_paused(true);
+    let p2 = pool.clone();
+    let waiter = tokio::spawn(async move { p2.checkout().await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let c = pool.counts();
+    assert_eq!((c.waiting, c.active), (1, 1));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        pool.counts().max_wait >= Duration::from_millis(1500),
+        "maxwait = oldest waiter's age"
+    );
+    pool.release(a, true);
+    let c = pool.counts();
+    assert_eq!(
+        (c.active, c.idle, c.total),
+        (0, 0, 0),
+        "a paused pool closes released servers"
+    );
+    pool.set_paused(false);
+    waiter.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn reconnect_closes_servers_when_released() {
+    let f = fake(1);
+    let pool = pool_with(settings(5, 0), &f, ConnCounter::new());
+    let a = pool.checkout().await.unwrap();
+    let b = pool.checkout().await.unwrap();
+    pool.release(b, true);
+    assert_eq!(pool.servers_book.all().len(), 2);
+    pool.reconnect();
+    assert_eq!(pool.counts().idle, 0, "idle servers close at once");
+    assert_eq!(
+        pool.close_needed_count(),
+        1,
+        "the active one is due to close"
+    );
+    pool.release(a, true);
+    assert_eq!(pool.close_needed_count(), 0);
+    assert!(
+        pool.servers_book.all().is_empty(),
+        "records leave with their connections"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn idle_servers_close_after_server_idle_timeout_but_not_below_min() {
     let f = fake(1);
     let mut s = settings(5, 0);
@@ -249,13 +299,22 @@ async fn idle_servers_close_after_server_idle_timeout_but_not_below_min() {
     let b = pool.checkout().await.unwrap();
     pool.release(a, true);
     pool.release(b, true);
+    let parked = |p: &Pool| {
+        let c = p.counts();
+        c.idle + c.used
+    };
     assert_eq!(pool.counts().idle, 2);
     tokio::time::sleep(Duration::from_secs(599)).await;
     pool.maintain();
-    assert_eq!(pool.counts().idle, 2);
+    assert_eq!(
+        pool.counts().used,
+        2,
+        "idle past server_check_delay = sv_used"
+    );
+    assert_eq!(parked(&pool), 2);
     tokio::time::sleep(Duration::from_secs(2)).await;
     pool.maintain();
-    assert_eq!(pool.counts().idle, 1, "min_pool_size keeps one");
+    assert_eq!(parked(&pool), 1, "min_pool_size keeps one");
 }
 
 #[tokio::test(start_paused = true)]

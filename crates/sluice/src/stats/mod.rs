@@ -1,8 +1,45 @@
-//! Per-pool counters (PgBouncer's SHOW STATS figures) and the periodic stats log line.
+//! Per-pool counters (PgBouncer's SHOW STATS figures) with latency histograms, the per-period
+//! averages, and the periodic stats log line.
 
+pub mod histogram;
+pub mod period;
 pub mod reporter;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use histogram::{Histogram, HistogramSnapshot};
+
+/// Something a figure can be added to: a plain counter, or a time total that also feeds a histogram.
+pub trait Counter {
+    fn add(&self, v: u64);
+    fn get(&self) -> u64;
+}
+
+impl Counter for AtomicU64 {
+    fn add(&self, v: u64) {
+        self.fetch_add(v, Ordering::Relaxed);
+    }
+    fn get(&self) -> u64 {
+        self.load(Ordering::Relaxed)
+    }
+}
+
+/// A total of microseconds whose every addition is also one histogram observation.
+#[derive(Debug, Default)]
+pub struct TimedCounter {
+    total: AtomicU64,
+    pub hist: Histogram,
+}
+
+impl Counter for TimedCounter {
+    fn add(&self, us: u64) {
+        self.total.fetch_add(us, Ordering::Relaxed);
+        self.hist.observe_us(us);
+    }
+    fn get(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+}
 
 /// Monotonic totals for one pool. Relaxed atomics: each is an independent counter.
 #[derive(Debug, Default)]
@@ -10,12 +47,24 @@ pub struct PoolStats {
     pub server_assignments: AtomicU64,
     pub xact_count: AtomicU64,
     pub query_count: AtomicU64,
+    /// Bytes received from clients.
     pub bytes_received: AtomicU64,
+    /// Bytes sent to clients (what the servers answered).
     pub bytes_sent: AtomicU64,
-    pub xact_time_us: AtomicU64,
-    pub query_time_us: AtomicU64,
-    pub wait_time_us: AtomicU64,
+    /// Transaction time: first request to the ReadyForQuery that ends the transaction.
+    pub xact_time_us: TimedCounter,
+    /// Query time: request to its ReadyForQuery.
+    pub query_time_us: TimedCounter,
+    /// Client wait: request (queued) to server assignment; one observation per assignment.
+    pub wait_time_us: TimedCounter,
     pub client_logins: AtomicU64,
+    pub client_parse_count: AtomicU64,
+    pub server_parse_count: AtomicU64,
+    pub bind_count: AtomicU64,
+    /// Client login: accept to the welcome ReadyForQuery.
+    pub login_time: Histogram,
+    /// Server connect: TCP/Unix connect + server login + connect_query.
+    pub connect_time: Histogram,
 }
 
 /// A copy of the totals at one instant.
@@ -30,56 +79,58 @@ pub struct StatsSnapshot {
     pub query_time_us: u64,
     pub wait_time_us: u64,
     pub client_logins: u64,
+    pub client_parse_count: u64,
+    pub server_parse_count: u64,
+    pub bind_count: u64,
 }
 
 impl PoolStats {
-    pub fn add(counter: &AtomicU64, v: u64) {
-        counter.fetch_add(v, Ordering::Relaxed);
+    pub fn add<C: Counter + ?Sized>(counter: &C, v: u64) {
+        counter.add(v);
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatsSnapshot {
-            server_assignments: g(&self.server_assignments),
-            xact_count: g(&self.xact_count),
-            query_count: g(&self.query_count),
-            bytes_received: g(&self.bytes_received),
-            bytes_sent: g(&self.bytes_sent),
-            xact_time_us: g(&self.xact_time_us),
-            query_time_us: g(&self.query_time_us),
-            wait_time_us: g(&self.wait_time_us),
-            client_logins: g(&self.client_logins),
+            server_assignments: self.server_assignments.get(),
+            xact_count: self.xact_count.get(),
+            query_count: self.query_count.get(),
+            bytes_received: self.bytes_received.get(),
+            bytes_sent: self.bytes_sent.get(),
+            xact_time_us: self.xact_time_us.get(),
+            query_time_us: self.query_time_us.get(),
+            wait_time_us: self.wait_time_us.get(),
+            client_logins: self.client_logins.get(),
+            client_parse_count: self.client_parse_count.get(),
+            server_parse_count: self.server_parse_count.get(),
+            bind_count: self.bind_count.get(),
         }
     }
 }
 
 impl StatsSnapshot {
-    pub fn accumulate(&mut self, o: &StatsSnapshot) {
-        self.server_assignments += o.server_assignments;
-        self.xact_count += o.xact_count;
-        self.query_count += o.query_count;
-        self.bytes_received += o.bytes_received;
-        self.bytes_sent += o.bytes_sent;
-        self.xact_time_us += o.xact_time_us;
-        self.query_time_us += o.query_time_us;
-        self.wait_time_us += o.wait_time_us;
-        self.client_logins += o.client_logins;
+    fn zip(&self, o: &StatsSnapshot, f: impl Fn(u64, u64) -> u64) -> StatsSnapshot {
+        StatsSnapshot {
+            server_assignments: f(self.server_assignments, o.server_assignments),
+            xact_count: f(self.xact_count, o.xact_count),
+            query_count: f(self.query_count, o.query_count),
+            bytes_received: f(self.bytes_received, o.bytes_received),
+            bytes_sent: f(self.bytes_sent, o.bytes_sent),
+            xact_time_us: f(self.xact_time_us, o.xact_time_us),
+            query_time_us: f(self.query_time_us, o.query_time_us),
+            wait_time_us: f(self.wait_time_us, o.wait_time_us),
+            client_logins: f(self.client_logins, o.client_logins),
+            client_parse_count: f(self.client_parse_count, o.client_parse_count),
+            server_parse_count: f(self.server_parse_count, o.server_parse_count),
+            bind_count: f(self.bind_count, o.bind_count),
+        }
     }
 
-    /// Per-second rates and per-event averages between two snapshots `secs` apart.
+    pub fn accumulate(&mut self, o: &StatsSnapshot) {
+        *self = self.zip(o, |a, b| a + b);
+    }
+
+    /// What happened between `earlier` and `self`.
     pub fn delta(&self, earlier: &StatsSnapshot) -> StatsSnapshot {
-        StatsSnapshot {
-            server_assignments: self
-                .server_assignments
-                .saturating_sub(earlier.server_assignments),
-            xact_count: self.xact_count.saturating_sub(earlier.xact_count),
-            query_count: self.query_count.saturating_sub(earlier.query_count),
-            bytes_received: self.bytes_received.saturating_sub(earlier.bytes_received),
-            bytes_sent: self.bytes_sent.saturating_sub(earlier.bytes_sent),
-            xact_time_us: self.xact_time_us.saturating_sub(earlier.xact_time_us),
-            query_time_us: self.query_time_us.saturating_sub(earlier.query_time_us),
-            wait_time_us: self.wait_time_us.saturating_sub(earlier.wait_time_us),
-            client_logins: self.client_logins.saturating_sub(earlier.client_logins),
-        }
+        self.zip(earlier, u64::saturating_sub)
     }
 }
