@@ -2,6 +2,7 @@
 //! protocol client. See docs/specs/harness-api.md for the contract.
 
 mod cluster;
+mod console;
 mod ports;
 mod raw;
 mod runners;
@@ -9,6 +10,7 @@ mod sluice_proc;
 mod util;
 
 pub use cluster::PgCluster;
+pub use console::{Console, ConsoleResult};
 pub use ports::free_port;
 pub use raw::{error_fields, RawConn};
 pub use runners::{pgbench, psql_cmd};

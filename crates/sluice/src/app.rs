@@ -3,8 +3,9 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -14,12 +15,14 @@ use sluice_config::{Config, ConfigError};
 use crate::cancel::CancelRegistry;
 use crate::client::registry::ClientRegistry;
 use crate::credentials::Credentials;
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::{Control, Lifecycle};
 use crate::pool::connector::Connector;
 use crate::pool::registry::PoolRegistry;
 use crate::pool::resolve;
 use crate::prepared::StatementRegistry;
 use crate::server::params::TrackedSet;
+use crate::stats::period::StatsBook;
+use crate::stats::PoolStats;
 
 pub struct App {
     pub config_path: PathBuf,
@@ -32,6 +35,17 @@ pub struct App {
     /// Protocol-level prepared statements shared by all clients and servers.
     pub statements: StatementRegistry,
     pub lifecycle: Lifecycle,
+    /// PAUSE / SUSPEND / DISABLE switches set from the admin console and signals.
+    pub control: Control,
+    /// Averages of the last stats_period (SHOW STATS avg_*, the stats log line).
+    pub stats_book: StatsBook,
+    /// The admin console's own figures (its row in SHOW STATS / SHOW POOLS).
+    pub admin_stats: PoolStats,
+    /// Logged-in admin console clients.
+    pub admin_clients: AtomicUsize,
+    /// Set once the listeners accept connections (readiness in /health).
+    pub listening: AtomicBool,
+    pub started: SystemTime,
     /// track_extra_parameters is not reloadable, so the tracked set is fixed at start.
     pub tracked: TrackedSet,
     /// Connected clients (all phases), for max_client_conn and WAIT_FOR_CLIENTS.
@@ -62,6 +76,12 @@ impl App {
             registry: Arc::new(ClientRegistry::default()),
             statements: StatementRegistry::default(),
             lifecycle: Lifecycle::default(),
+            control: Control::default(),
+            stats_book: StatsBook::default(),
+            admin_stats: PoolStats::default(),
+            admin_clients: AtomicUsize::new(0),
+            listening: AtomicBool::new(false),
+            started: SystemTime::now(),
             clients: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),
             mock_key,
@@ -117,6 +137,27 @@ impl App {
             self.config_path.display()
         );
         Ok(())
+    }
+
+    /// Admin SET: change one `[pgbouncer]` or `[sluice]` setting at runtime. Non-reloadable keys are
+    /// accepted and ignored, like PgBouncer. Returns whether the value was applied.
+    pub fn set_setting(&self, key: &str, value: &str) -> Result<bool, sluice_config::SetError> {
+        let def = sluice_config::find_def(sluice_config::PGBOUNCER_SETTINGS, key)
+            .or_else(|| sluice_config::find_def(sluice_config::SLUICE_SETTINGS, key))
+            .ok_or(sluice_config::SetError::UnknownKey)?;
+        let mut cfg = (*self.config()).clone();
+        let pgbouncer = sluice_config::find_def(sluice_config::PGBOUNCER_SETTINGS, key).is_some();
+        if pgbouncer {
+            cfg.settings.set(key, value)?;
+        } else {
+            cfg.sluice.set(key, value)?;
+        }
+        if !def.reloadable {
+            return Ok(false);
+        }
+        self.config.store(Arc::new(cfg));
+        self.refresh_pools();
+        Ok(true)
     }
 
     /// Recompute every pool's settings from the current config.

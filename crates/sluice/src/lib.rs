@@ -1,6 +1,7 @@
 //! Sluice: a multi-core PostgreSQL connection pooler that is a drop-in successor to PgBouncer.
 //! `run` drives one pooler instance; everything it needs is passed in (no globals).
 
+pub mod admin;
 pub mod app;
 pub mod cancel;
 pub mod client;
@@ -10,6 +11,7 @@ pub mod forward;
 pub mod lifecycle;
 pub mod listener;
 pub mod logging;
+pub mod metrics;
 pub mod net;
 pub mod pool;
 pub mod prepared;
@@ -17,13 +19,13 @@ pub mod server;
 pub mod session_state;
 pub mod stats;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use app::App;
 use lifecycle::Phase;
 use listener::Listeners;
-use stats::StatsSnapshot;
 
 /// Serve until the lifecycle reaches an exit condition. Returns when the process may exit.
 pub async fn run(app: Arc<App>, listeners: Listeners) {
@@ -42,6 +44,10 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
             app.lifecycle.subscribe(),
         ));
     }
+    let metrics = listeners
+        .metrics
+        .map(|l| tokio::spawn(metrics::serve(app.clone(), l)));
+    app.listening.store(true, Ordering::Release);
     let janitor = tokio::spawn(janitor_loop(app.clone()));
     let stats = tokio::spawn(stats_loop(app.clone()));
 
@@ -78,6 +84,9 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
     }
     janitor.abort();
     stats.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     if let Some(p) = unix_path {
         let _ = std::fs::remove_file(p);
     }
@@ -93,26 +102,21 @@ async fn janitor_loop(app: Arc<App>) {
     }
 }
 
+/// Every stats_period: close the averaging period (SHOW STATS avg_*) and log the stats line.
 async fn stats_loop(app: Arc<App>) {
-    let mut last = total_stats(&app);
+    app.stats_book
+        .close_period(&admin::show_stats::totals_by_db(&app), 1.0);
     let mut last_at = Instant::now();
     loop {
         let period = app.config().settings.stats_period.max(1);
         tokio::time::sleep(Duration::from_secs(period.into())).await;
-        let now = total_stats(&app);
-        let secs = last_at.elapsed().as_secs_f64();
-        if app.config().settings.log_stats {
-            tracing::info!("{}", stats::reporter::stats_line(&now.delta(&last), secs));
-        }
-        last = now;
+        let now = admin::show_stats::totals_by_db(&app);
+        let avg = app
+            .stats_book
+            .close_period(&now, last_at.elapsed().as_secs_f64());
         last_at = Instant::now();
+        if app.config().settings.log_stats {
+            tracing::info!("{}", stats::reporter::stats_line(&avg));
+        }
     }
-}
-
-fn total_stats(app: &App) -> StatsSnapshot {
-    let mut total = StatsSnapshot::default();
-    for p in app.pools.all() {
-        total.accumulate(&p.stats.snapshot());
-    }
-    total
 }

@@ -34,6 +34,8 @@ pub enum BindError {
 pub struct Listeners {
     pub tcp: Vec<TcpListener>,
     pub unix: Option<(UnixListener, PathBuf)>,
+    /// The HTTP endpoint for /metrics and /health (`[sluice] metrics_listen_addr`).
+    pub metrics: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -83,7 +85,23 @@ pub fn bind(cfg: &Config) -> Result<Listeners, BindError> {
             s.unix_socket_mode.0,
         )?)
     };
-    Ok(Listeners { tcp, unix })
+    let metrics = match cfg.sluice.metrics_listen_addr.as_deref().map(str::trim) {
+        Some(a) if !a.is_empty() => {
+            let addr = a
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut it| it.next())
+                .ok_or_else(|| BindError::Resolve(a.to_string()))?;
+            Some(
+                bind_tcp(addr, s.listen_backlog, false).map_err(|e| BindError::Tcp {
+                    addr: addr.to_string(),
+                    source: e,
+                })?,
+            )
+        }
+        _ => None,
+    };
+    Ok(Listeners { tcp, unix, metrics })
 }
 
 fn bind_tcp(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<TcpListener> {

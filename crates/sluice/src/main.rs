@@ -143,11 +143,13 @@ fn main() -> ExitCode {
 }
 
 async fn handle_signals(app: Arc<App>) {
-    let (Ok(mut hup), Ok(mut int), Ok(mut term), Ok(mut quit)) = (
+    let (Ok(mut hup), Ok(mut int), Ok(mut term), Ok(mut quit), Ok(mut usr1), Ok(mut usr2)) = (
         signal(SignalKind::hangup()),
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
         signal(SignalKind::quit()),
+        signal(SignalKind::user_defined1()),
+        signal(SignalKind::user_defined2()),
     ) else {
         tracing::error!("cannot install signal handlers");
         return;
@@ -167,6 +169,21 @@ async fn handle_signals(app: Arc<App>) {
                 }
             }
             _ = quit.recv() => { app.lifecycle.request(Phase::Exit); }
+            _ = usr1.recv() => {
+                tracing::info!("got SIGUSR1, pausing");
+                if let Err(e) = sluice::admin::control::pause_all(&app) {
+                    tracing::warn!("SIGUSR1: {e}");
+                }
+            }
+            _ = usr2.recv() => {
+                // Ignored while shutting down, like PgBouncer.
+                if app.lifecycle.is_running() {
+                    tracing::info!("got SIGUSR2, resuming");
+                    if let Err(e) = sluice::admin::control::resume_all(&app) {
+                        tracing::warn!("SIGUSR2: {e}");
+                    }
+                }
+            }
         }
     }
 }

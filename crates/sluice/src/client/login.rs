@@ -57,6 +57,12 @@ pub async fn login(
             format!("no such database: {}", info.database),
         )));
     };
+    if app.control.db_disabled(&info.database) {
+        return Err(EndReason::Error(ClientNotice::new(
+            sqlstate::PROTOCOL_VIOLATION,
+            format!("database \"{}\" is disabled", info.database),
+        )));
+    }
     if cfg.settings.auth_type == AuthType::Any && db.user.is_none() {
         return Err(EndReason::Error(ClientNotice::new(
             sqlstate::CONFIG_ERROR,
@@ -83,6 +89,9 @@ pub async fn login(
             app.pools.current_generation(),
         )
     });
+    if app.control.db_paused(&key.database) && !pool.is_paused() {
+        pool.set_paused(true);
+    }
     if let Some(keys) = auth.scram_keys.clone().filter(|_| db.user.is_none()) {
         pool.set_scram_keys(keys);
     }
@@ -145,6 +154,9 @@ pub async fn login(
     let _ = entry
         .identity
         .set((info.database.clone(), info.user.clone()));
+    if let Some(a) = params.get("application_name") {
+        let _ = entry.application_name.set(a.to_string());
+    }
     Ok(Session {
         pool,
         entry,

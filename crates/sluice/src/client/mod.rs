@@ -105,6 +105,11 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
     let (_guard, count) = ClientGuard::new(&app);
     let id = app.next_client_id();
     let registration = app.registry.register(id, peer.clone());
+    if let Stream::Tcp(s) = &stream {
+        if let Ok(a) = s.local_addr() {
+            let _ = registration.entry.local_addr.set(a);
+        }
+    }
     let mut client = ClientConn::new(id, stream, peer);
     let reason = run(&app, &mut client, count, &registration.entry).await;
     let cfg = app.config();
@@ -150,6 +155,12 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
     let _ = client.stream.shutdown().await;
 }
 
+/// Where a login leads: a pool, or the admin console.
+enum LoggedIn {
+    Pool(login::Session),
+    Admin(startup::StartupInfo, crate::admin::Access),
+}
+
 async fn run(
     app: &Arc<App>,
     client: &mut ClientConn,
@@ -158,19 +169,27 @@ async fn run(
 ) -> EndReason {
     let cfg = app.config();
     let login_timeout = cfg.settings.client_login_timeout.as_duration();
+    let accepted = tokio::time::Instant::now();
     let login = async {
         let info = match startup::read_startup(app, client).await {
             Ok(startup::Startup::Login(info)) => info,
             Ok(startup::Startup::Done) => return Err(EndReason::NoSession),
             Err(e) => return Err(e),
         };
+        // The console is reachable even when max_client_conn is used up, as in PgBouncer.
+        if info.database == crate::admin::ADMIN_DB {
+            let access = crate::admin::session::login(app, client, &info).await?;
+            return Ok(LoggedIn::Admin(info, access));
+        }
         if count > cfg.settings.max_client_conn as usize && cfg.settings.max_client_conn != 0 {
             return Err(EndReason::Error(ClientNotice::new(
                 crate::error::sqlstate::PROTOCOL_VIOLATION,
                 "no more connections allowed (max_client_conn)",
             )));
         }
-        login::login(app, client, info, entry.clone()).await
+        login::login(app, client, info, entry.clone())
+            .await
+            .map(LoggedIn::Pool)
     };
     let session = match login_timeout {
         Some(t) => match tokio::time::timeout(t, login).await {
@@ -180,7 +199,16 @@ async fn run(
         None => login.await,
     };
     match session {
-        Ok(s) => session::run(app, client, s).await,
+        Ok(LoggedIn::Pool(s)) => {
+            s.pool
+                .stats
+                .login_time
+                .observe_us(accepted.elapsed().as_micros() as u64);
+            session::run(app, client, s).await
+        }
+        Ok(LoggedIn::Admin(info, access)) => {
+            crate::admin::session::run(app, client, &info, access, entry).await
+        }
         Err(reason) => reason,
     }
 }

@@ -2,9 +2,10 @@
 //! registry can ask one to disconnect.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -58,6 +59,11 @@ pub struct ClientEntry {
     pub server_id: AtomicU64,
     /// Cancelled to make the client disconnect ("admin forced disconnect").
     pub kill: CancellationToken,
+    /// Our end of a TCP connection.
+    pub local_addr: OnceLock<SocketAddr>,
+    pub application_name: OnceLock<String>,
+    /// Unix time in µs of the latest request (when the client last left idle).
+    request_us: AtomicU64,
 }
 
 impl ClientEntry {
@@ -66,8 +72,26 @@ impl ClientEntry {
     }
 
     pub fn set_state(&self, s: ClientState) {
-        self.state.store(s as u8, Ordering::Relaxed);
+        let old = self.state.swap(s as u8, Ordering::Relaxed);
+        if s == ClientState::Waiting && old != s as u8 {
+            self.request_us
+                .store(unix_us(SystemTime::now()), Ordering::Relaxed);
+        }
     }
+
+    /// Time of the latest request (connect time before the first one).
+    pub fn request_time(&self) -> SystemTime {
+        match self.request_us.load(Ordering::Relaxed) {
+            0 => self.connect_time,
+            us => SystemTime::UNIX_EPOCH + Duration::from_micros(us),
+        }
+    }
+}
+
+fn unix_us(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
 
 #[derive(Debug, Default)]
@@ -85,6 +109,9 @@ impl ClientRegistry {
             state: AtomicU8::new(ClientState::Login as u8),
             server_id: AtomicU64::new(0),
             kill: CancellationToken::new(),
+            local_addr: OnceLock::new(),
+            application_name: OnceLock::new(),
+            request_us: AtomicU64::new(0),
         });
         self.clients.lock().insert(id, entry.clone());
         Registration {

@@ -1,0 +1,290 @@
+//! Control commands: SET, RELOAD, PAUSE, RESUME, SUSPEND, DISABLE, ENABLE, RECONNECT, KILL,
+//! KILL_CLIENT, SHUTDOWN [WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS], WAIT_CLOSE. Signals reuse
+//! `pause_all` / `resume_all` (SIGUSR1 / SIGUSR2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_config::SetError;
+
+use super::{AdminError, ConsoleState, ADMIN_DB};
+use crate::app::App;
+use crate::error::sqlstate;
+use crate::lifecycle::Phase;
+use crate::pool::{resolve, Pool};
+
+/// How often PAUSE / WAIT_CLOSE re-check their condition.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The pools a command applies to: one database, or every pool.
+fn scope(app: &App, db: Option<&str>) -> Vec<Arc<Pool>> {
+    app.pools
+        .all()
+        .into_iter()
+        .filter(|p| db.is_none_or(|d| p.key.database == d))
+        .collect()
+}
+
+fn known_db(app: &App, db: &str) -> Result<(), AdminError> {
+    let cfg = app.config();
+    if resolve::find_database(&cfg, db).is_some() || !scope(app, Some(db)).is_empty() {
+        Ok(())
+    } else {
+        Err(AdminError::new(format!("no such database: {db}")))
+    }
+}
+
+fn need_db(arg: Option<&str>, cmd: &str) -> Result<String, AdminError> {
+    arg.map(str::to_string)
+        .ok_or_else(|| AdminError::new(format!("{} needs a database name", cmd.to_uppercase())))
+}
+
+fn no_arg(arg: Option<&str>, cmd: &str) -> Result<(), AdminError> {
+    match arg {
+        None => Ok(()),
+        Some(_) => Err(AdminError::new(format!(
+            "{} takes no argument",
+            cmd.to_uppercase()
+        ))),
+    }
+}
+
+/// SET key = value: reloadable `[pgbouncer]`/`[sluice]` keys apply at once; others are ignored.
+pub fn set(app: &App, key: &str, value: &str) -> Result<(), AdminError> {
+    match app.set_setting(key, value) {
+        Ok(applied) => {
+            if !applied {
+                tracing::info!("SET {key}: not changeable at runtime, ignored");
+            }
+            Ok(())
+        }
+        Err(SetError::UnknownKey) => {
+            Err(AdminError::new(format!("unknown config parameter: {key}")))
+        }
+        Err(SetError::BadValue(e)) => Err(AdminError::new(format!("invalid value for {key}: {e}"))),
+    }
+}
+
+/// PAUSE without waiting: freeze the pools and close their idle servers (also SIGUSR1).
+pub fn pause_all(app: &App) -> Result<(), AdminError> {
+    app.control
+        .pause_all()
+        .map_err(|e| AdminError::new(e.to_string()))?;
+    for p in scope(app, None) {
+        p.set_paused(true);
+        p.close_idle();
+    }
+    tracing::info!("PAUSE: pooler paused");
+    Ok(())
+}
+
+/// RESUME (all) (also SIGUSR2).
+pub fn resume_all(app: &App) -> Result<(), AdminError> {
+    if !app.lifecycle.is_running() {
+        return Err(AdminError::new("pooler is shutting down"));
+    }
+    app.control
+        .resume_all()
+        .map_err(|e| AdminError::new(e.to_string()))?;
+    for p in scope(app, None) {
+        p.set_paused(false);
+    }
+    tracing::info!("RESUME: pooler resumed");
+    Ok(())
+}
+
+/// Wait until no server of `pools` is in use (PAUSE returns then).
+async fn wait_released(pools: &[Arc<Pool>]) {
+    loop {
+        if pools.iter().all(|p| {
+            let c = p.counts();
+            c.active == 0 && c.connecting == 0
+        }) {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn pause(app: &App, db: Option<&str>) -> Result<(), AdminError> {
+    match db {
+        None => {
+            pause_all(app)?;
+            wait_released(&scope(app, None)).await;
+        }
+        Some(d) => {
+            if d == ADMIN_DB {
+                return Err(AdminError::new("cannot pause admin db"));
+            }
+            known_db(app, d)?;
+            app.control
+                .pause_db(d)
+                .map_err(|e| AdminError::new(e.to_string()))?;
+            let pools = scope(app, Some(d));
+            for p in &pools {
+                p.set_paused(true);
+                p.close_idle();
+            }
+            wait_released(&pools).await;
+        }
+    }
+    Ok(())
+}
+
+fn resume(app: &App, db: Option<&str>) -> Result<(), AdminError> {
+    let Some(d) = db else {
+        return resume_all(app);
+    };
+    if !app.lifecycle.is_running() {
+        return Err(AdminError::new("pooler is shutting down"));
+    }
+    app.control
+        .resume_db(d)
+        .map_err(|e| AdminError::new(e.to_string()))?;
+    if !app.control.db_paused(d) {
+        for p in scope(app, Some(d)) {
+            p.set_paused(false);
+        }
+    }
+    Ok(())
+}
+
+/// KILL: drop every client and server of the scope (never the console) and leave it paused.
+fn kill(app: &App, db: Option<&str>) -> Result<(), AdminError> {
+    if let Some(d) = db {
+        if d == ADMIN_DB {
+            return Err(AdminError::new("cannot kill admin db"));
+        }
+        known_db(app, d)?;
+    }
+    app.control.force_pause(db);
+    for p in scope(app, db) {
+        p.set_paused(true);
+        p.close_idle();
+    }
+    for c in app.registry.all() {
+        let Some((cdb, _)) = c.identity.get() else {
+            continue;
+        };
+        if cdb != ADMIN_DB && db.is_none_or(|d| d == cdb) {
+            c.kill.cancel();
+        }
+    }
+    Ok(())
+}
+
+fn kill_client(app: &App, arg: Option<&str>) -> Result<(), AdminError> {
+    let id: u64 = arg
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| AdminError::new("invalid client pointer supplied"))?;
+    let entry = app
+        .registry
+        .get(id)
+        .ok_or_else(|| AdminError::new("client not found"))?;
+    tracing::info!("KILL_CLIENT: disconnecting client C-{id}");
+    entry.kill.cancel();
+    Ok(())
+}
+
+async fn wait_close(app: &App, db: Option<&str>) -> Result<(), AdminError> {
+    if let Some(d) = db {
+        known_db(app, d)?;
+    }
+    loop {
+        if scope(app, db).iter().all(|p| p.close_needed_count() == 0) {
+            return Ok(());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Run a non-SHOW command; returns its CommandComplete tag.
+pub async fn run(
+    app: &Arc<App>,
+    cmd: &str,
+    arg: Option<&str>,
+    state: &mut ConsoleState,
+) -> Result<&'static str, AdminError> {
+    Ok(match cmd {
+        "reload" => {
+            no_arg(arg, cmd)?;
+            app.reload().map_err(|e| AdminError {
+                sqlstate: sqlstate::CONFIG_ERROR,
+                message: format!("RELOAD failed: {e}"),
+            })?;
+            "RELOAD"
+        }
+        "pause" => {
+            pause(app, arg).await?;
+            "PAUSE"
+        }
+        "resume" => {
+            resume(app, arg)?;
+            state.suspended_here = false;
+            "RESUME"
+        }
+        "suspend" => {
+            no_arg(arg, cmd)?;
+            app.control
+                .suspend()
+                .map_err(|e| AdminError::new(e.to_string()))?;
+            for p in scope(app, None) {
+                p.set_paused(true);
+            }
+            state.suspended_here = true;
+            "SUSPEND"
+        }
+        "disable" | "enable" => {
+            let db = need_db(arg, cmd)?;
+            if db == ADMIN_DB {
+                return Err(AdminError::new("cannot disable admin db"));
+            }
+            known_db(app, &db)?;
+            app.control.set_disabled(&db, cmd == "disable");
+            if cmd == "disable" {
+                "DISABLE"
+            } else {
+                "ENABLE"
+            }
+        }
+        "reconnect" => {
+            if let Some(d) = arg {
+                known_db(app, d)?;
+            }
+            for p in scope(app, arg) {
+                p.reconnect();
+            }
+            "RECONNECT"
+        }
+        "kill" => {
+            kill(app, arg)?;
+            "KILL"
+        }
+        "kill_client" => {
+            kill_client(app, arg)?;
+            "KILL_CLIENT"
+        }
+        "shutdown" => {
+            let phase = match arg.map(str::to_ascii_lowercase).as_deref() {
+                None => Phase::Exit,
+                Some("wait_for_servers") => Phase::WaitForServers,
+                Some("wait_for_clients") => Phase::WaitForClients,
+                Some(other) => {
+                    return Err(AdminError::new(format!("unknown SHUTDOWN mode: {other}")))
+                }
+            };
+            tracing::info!("SHUTDOWN requested from the admin console ({phase:?})");
+            app.lifecycle.request(phase);
+            "SHUTDOWN"
+        }
+        "wait_close" => {
+            wait_close(app, arg).await?;
+            "WAIT_CLOSE"
+        }
+        other => {
+            return Err(AdminError::new(format!(
+                "invalid command '{other}', use SHOW HELP;"
+            )))
+        }
+    })
+}

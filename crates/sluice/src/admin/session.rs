@@ -1,0 +1,186 @@
+//! An admin console connection: who may log in (admin_users, stats_users, or `pgbouncer` from our
+//! own OS user over the Unix socket), the welcome, and the simple-query loop.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use sluice_protocol::{
+    encode_backend_key_data, encode_error, encode_parameter_status, encode_ready_for_query,
+    frontend_tag, Severity, TransactionStatus,
+};
+use tokio::time::Instant;
+
+use super::{execute, parse, Access, ConsoleState, ADMIN_DB, ADMIN_USER, PGBOUNCER_COMPAT};
+use crate::app::App;
+use crate::client::auth::authenticate;
+use crate::client::registry::{ClientEntry, ClientState};
+use crate::client::startup::StartupInfo;
+use crate::client::{ClientConn, EndReason};
+use crate::error::{sqlstate, ClientNotice};
+use crate::net::framed::{read_message, ReadError};
+use crate::net::Stream;
+use crate::stats::PoolStats;
+
+/// Largest console query accepted.
+const MAX_QUERY: usize = 64 * 1024;
+
+fn refuse(message: &str) -> EndReason {
+    EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, message))
+}
+
+/// The peer of a Unix socket runs as the same OS user as this process.
+fn same_os_user(stream: &Stream) -> bool {
+    match stream {
+        Stream::Unix(s) => s
+            .peer_cred()
+            .is_ok_and(|c| c.uid() == nix::unistd::getuid().as_raw()),
+        Stream::Tcp(_) => false,
+    }
+}
+
+/// Authenticate a console user and decide its access. AuthenticationOk is queued on success.
+pub async fn login(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    info: &StartupInfo,
+) -> Result<Access, EndReason> {
+    if info.user == ADMIN_USER && same_os_user(&client.stream) {
+        sluice_protocol::encode_auth_ok(&mut client.wbuf);
+        return Ok(Access::Admin);
+    }
+    let cfg = app.config();
+    let listed = |l: &[String]| l.iter().any(|u| u == &info.user);
+    let role = if listed(&cfg.settings.admin_users) {
+        Some(Access::Admin)
+    } else if listed(&cfg.settings.stats_users) {
+        Some(Access::Stats)
+    } else {
+        None
+    };
+    // With auth_type=any the lists alone decide (the name is not authenticated).
+    authenticate(app, client, &info.user).await?;
+    role.ok_or_else(|| {
+        tracing::warn!(
+            "C-{}: {} admin console login refused for user {}",
+            client.id,
+            client.label,
+            info.user
+        );
+        refuse("not allowed")
+    })
+}
+
+/// Counts a logged-in console client while it lives.
+struct ConsoleMember(Arc<App>);
+
+impl Drop for ConsoleMember {
+    fn drop(&mut self) {
+        self.0.admin_clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Welcome the console client and serve its queries until it leaves.
+pub async fn run(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    info: &StartupInfo,
+    access: Access,
+    entry: &Arc<ClientEntry>,
+) -> EndReason {
+    let version = format!("{PGBOUNCER_COMPAT}/bouncer");
+    for (k, v) in [
+        ("server_version", version.as_str()),
+        ("client_encoding", "UTF8"),
+        ("server_encoding", "UTF8"),
+        ("DateStyle", "ISO"),
+        ("TimeZone", "GMT"),
+        ("standard_conforming_strings", "on"),
+        ("is_superuser", "on"),
+    ] {
+        encode_parameter_status(k, v, &mut client.wbuf);
+    }
+    let cancel = app.cancels.register();
+    encode_backend_key_data(cancel.key, &mut client.wbuf);
+    encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
+    if client.flush().await.is_err() {
+        return EndReason::ClientClosed;
+    }
+    app.admin_clients.fetch_add(1, Ordering::AcqRel);
+    let _member = ConsoleMember(app.clone());
+    PoolStats::add(&app.admin_stats.client_logins, 1);
+    let _ = entry
+        .identity
+        .set((ADMIN_DB.to_string(), info.user.clone()));
+    if let Some(a) = info.params.get("application_name") {
+        let _ = entry.application_name.set(a.to_string());
+    }
+    entry.set_state(ClientState::Active);
+    client.label = format!("{ADMIN_DB}/{}@{}", info.user, client.peer);
+    let mut state = ConsoleState::default();
+    let end = serve(app, client, access, entry, &mut state).await;
+    if state.suspended_here && super::control::resume_all(app).is_ok() {
+        tracing::info!("admin console that issued SUSPEND left: resuming");
+    }
+    end
+}
+
+async fn serve(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    access: Access,
+    entry: &Arc<ClientEntry>,
+    state: &mut ConsoleState,
+) -> EndReason {
+    loop {
+        let msg = tokio::select! {
+            r = read_message(&mut client.stream, &mut client.rbuf, MAX_QUERY) => r,
+            _ = entry.kill.cancelled() => return refuse("admin forced disconnect"),
+        };
+        let body = match msg {
+            Ok((frontend_tag::QUERY, body)) => body,
+            Ok((frontend_tag::TERMINATE, _)) | Err(ReadError::Closed) => {
+                return EndReason::ClientClosed
+            }
+            Ok((b'P' | b'B' | b'E' | b'D' | b'S' | b'C' | b'H' | b'F', _)) => {
+                return refuse("extended query protocol not supported by admin console")
+            }
+            Ok((tag, _)) => {
+                return refuse(&format!(
+                    "unexpected message '{}' on the admin console",
+                    tag as char
+                ))
+            }
+            Err(e) => return refuse(&format!("bad packet: {e}")),
+        };
+        let text = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into_owned();
+        let started = Instant::now();
+        let mut out = std::mem::take(&mut client.wbuf);
+        let result = match parse::parse(&text) {
+            Ok(cmd) => execute(app, access, cmd, state, &mut out).await,
+            Err(e) => Err(super::AdminError::new(e.to_string())),
+        };
+        if let Err(e) = result {
+            encode_error(
+                Severity::Error,
+                e.sqlstate,
+                &e.message,
+                None,
+                None,
+                &mut out,
+            );
+        }
+        encode_ready_for_query(TransactionStatus::Idle, &mut out);
+        client.wbuf = out;
+        let us = started.elapsed().as_micros() as u64;
+        for c in [&app.admin_stats.query_count, &app.admin_stats.xact_count] {
+            PoolStats::add(c, 1);
+        }
+        PoolStats::add(&app.admin_stats.query_time_us, us);
+        PoolStats::add(&app.admin_stats.xact_time_us, us);
+        PoolStats::add(&app.admin_stats.bytes_received, body.len() as u64 + 5);
+        PoolStats::add(&app.admin_stats.bytes_sent, client.wbuf.len() as u64);
+        if client.flush().await.is_err() {
+            return EndReason::ClientClosed;
+        }
+    }
+}
