@@ -30,6 +30,11 @@ missing=()
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v curl >/dev/null || missing+=(curl)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+# Driver toolchains for the compat/ matrix (tests/tests/compat.rs; a missing one turns its cells SKIP).
+{ command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' >/dev/null 2>&1; } || missing+=(python3 python3-venv)
+{ command -v mvn >/dev/null && command -v javac >/dev/null; } || missing+=(maven default-jdk-headless)
+command -v go >/dev/null || missing+=(golang-go)
+{ command -v node >/dev/null && command -v npm >/dev/null; } || missing+=(nodejs npm)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if command -v apt-get >/dev/null 2>&1; then
