@@ -1,0 +1,370 @@
+//! The built-in HTTP endpoint: `/metrics` checked with the Prometheus project's own text parser
+//! (Go, github.com/prometheus/common/expfmt, built from tests/go/promcheck) and against a known
+//! workload; `/health` readiness; and the real prometheus-community pgbouncer_exporter scraping
+//! Sluice's console unmodified. Go modules come from the Go module proxy; when `go` or the proxy is
+//! unavailable those checks print a SKIPPED line saying why.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_e2e::{free_port, Console, PgCluster, Sluice};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const USERLIST: &str = "\"admin\" \"adminpw\"\n\"app\" \"apppw\"\n";
+
+fn start() -> (Sluice, u16) {
+    let pg = PgCluster::get();
+    let mport = free_port();
+    let ini = Sluice::basic_ini(
+        "auth_type = plain\nadmin_users = admin\npool_mode = transaction\ndefault_pool_size = 2\n",
+        &format!(
+            "app = host=127.0.0.1 port={} dbname=app user=trust_user",
+            pg.port
+        ),
+    ) + &format!("\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{mport}\n");
+    (Sluice::builder(&ini).userlist(USERLIST).start(), mport)
+}
+
+/// GET http://127.0.0.1:port/path -> (status code, body).
+async fn get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("metrics port");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .expect("http answer in time")
+        .unwrap();
+    let text = String::from_utf8(buf).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("http head");
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+/// The value of the sample line starting with `prefix` (name + labels).
+fn sample(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with(' '))
+        .unwrap_or_else(|| panic!("no sample {prefix}"))
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn target_dir() -> PathBuf {
+    // tests/../target, or CARGO_TARGET_DIR.
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+}
+
+fn go_available() -> bool {
+    Command::new("go")
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Run a go command with a deadline; Err carries its output.
+fn run_go(args: &[&str], dir: &Path, gobin: Option<&Path>, limit: Duration) -> Result<(), String> {
+    let mut cmd = Command::new("go");
+    cmd.args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(b) = gobin {
+        cmd.env("GOBIN", b);
+    }
+    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            let out = child.wait_with_output().map_err(|e| e.to_string())?;
+            return if st.success() {
+                Ok(())
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).into_owned())
+            };
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            return Err(format!("go {args:?} took longer than {limit:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Build tests/go/promcheck once; None (with the reason printed) when Go or its modules are missing.
+fn promcheck() -> Option<PathBuf> {
+    static BIN: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        if !go_available() {
+            eprintln!("SKIPPED Prometheus parser check: `go` is not installed");
+            return None;
+        }
+        let out = target_dir().join("go-bin/promcheck");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("go/promcheck");
+        match run_go(&["build", "-o", out.to_str()?, "."], &dir, None, Duration::from_secs(300)) {
+            Ok(()) => Some(out),
+            Err(e) => {
+                eprintln!("SKIPPED Prometheus parser check: cannot build it (Go module proxy unreachable?): {e}");
+                None
+            }
+        }
+    })
+    .clone()
+}
+
+/// Parse with the real Prometheus parser: family name -> (type, sample count).
+fn parse_with_prometheus(
+    bin: &Path,
+    text: &str,
+) -> std::collections::HashMap<String, (String, usize)> {
+    use std::io::Write;
+    let mut child = Command::new(bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "Prometheus parser rejected /metrics: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].to_string(), (f[1].to_string(), f[2].parse().unwrap()))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn metrics_parse_and_count_a_known_workload() {
+    let (s, mport) = start();
+    let app = s.connect("app", "apppw", "app").await.unwrap();
+    const N: usize = 20;
+    for _ in 0..N {
+        app.batch_execute("BEGIN; SELECT 1; COMMIT").await.unwrap();
+    }
+    let (code, text) = get(mport, "/metrics").await;
+    assert_eq!(code, 200);
+    let pool = "database=\"app\",user=\"trust_user\"";
+    assert_eq!(
+        sample(&text, "sluice_transactions_total{database=\"app\"}"),
+        N as f64
+    );
+    assert_eq!(
+        sample(&text, "sluice_queries_total{database=\"app\"}"),
+        N as f64
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("sluice_transaction_duration_seconds_count{{{pool}}}")
+        ),
+        N as f64
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("sluice_query_duration_seconds_bucket{{{pool},le=\"+Inf\"}}")
+        ),
+        N as f64
+    );
+    assert!(
+        sample(
+            &text,
+            &format!("sluice_query_duration_seconds_sum{{{pool}}}")
+        ) > 0.0
+    );
+    assert!(
+        sample(
+            &text,
+            &format!("sluice_client_wait_duration_seconds_count{{{pool}}}")
+        ) >= N as f64
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("sluice_client_login_duration_seconds_count{{{pool}}}")
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("sluice_server_connect_duration_seconds_count{{{pool}}}")
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("sluice_pool_servers{{{pool},state=\"idle\"}}")
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("sluice_pool_clients{{{pool},state=\"active\"}}")
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(&text, "sluice_database_pool_size{database=\"app\"}"),
+        2.0
+    );
+    assert_eq!(sample(&text, "sluice_list_items{list=\"pools\"}"), 2.0);
+    assert!(sample(&text, "sluice_process_resident_memory_bytes") > 0.0);
+    if let Some(bin) = promcheck() {
+        let fams = parse_with_prometheus(&bin, &text);
+        for (name, kind) in [
+            ("sluice_query_duration_seconds", "HISTOGRAM"),
+            ("sluice_transaction_duration_seconds", "HISTOGRAM"),
+            ("sluice_client_wait_duration_seconds", "HISTOGRAM"),
+            ("sluice_client_login_duration_seconds", "HISTOGRAM"),
+            ("sluice_server_connect_duration_seconds", "HISTOGRAM"),
+            ("sluice_transactions_total", "COUNTER"),
+            ("sluice_pool_clients", "GAUGE"),
+            ("sluice_pool_maxwait_seconds", "GAUGE"),
+            ("sluice_database_current_connections", "GAUGE"),
+            ("sluice_list_items", "GAUGE"),
+        ] {
+            assert_eq!(fams.get(name).map(|f| f.0.as_str()), Some(kind), "{name}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn health_is_ready_until_shutdown() {
+    let (s, mport) = start();
+    assert_eq!(get(mport, "/health").await.0, 200);
+    assert_eq!(get(mport, "/health/live").await.0, 200);
+    assert_eq!(get(mport, "/nope").await.0, 404);
+    let app = s.connect("app", "apppw", "app").await.unwrap();
+    app.simple_query("SELECT 1").await.unwrap();
+    let mut c = Console::connect(s.port, "admin", "adminpw").await.unwrap();
+    c.query("SHUTDOWN WAIT_FOR_CLIENTS").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (code, body) = get(mport, "/health").await;
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(
+        get(mport, "/health/live").await.0,
+        200,
+        "still alive while draining"
+    );
+}
+
+/// Kills the exporter when the test ends.
+struct Reaper(Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn pgbouncer_exporter_scrapes_sluice() {
+    if !go_available() {
+        eprintln!("SKIPPED pgbouncer_exporter test: `go` is not installed");
+        return;
+    }
+    let gobin = target_dir().join("go-bin");
+    let exporter = gobin.join("pgbouncer_exporter");
+    if !exporter.exists() {
+        let dir = std::env::temp_dir();
+        let install = tokio::task::spawn_blocking({
+            let gobin = gobin.clone();
+            move || {
+                run_go(
+                    &[
+                        "install",
+                        "github.com/prometheus-community/pgbouncer_exporter@latest",
+                    ],
+                    &dir,
+                    Some(&gobin),
+                    Duration::from_secs(400),
+                )
+            }
+        })
+        .await
+        .unwrap();
+        if let Err(e) = install {
+            eprintln!(
+                "SKIPPED pgbouncer_exporter test: cannot install it from the Go module proxy: {}",
+                e.trim()
+            );
+            return;
+        }
+    }
+    let (s, _) = start();
+    let app = s.connect("app", "apppw", "app").await.unwrap();
+    app.simple_query("SELECT 1").await.unwrap();
+    let eport = free_port();
+    let _child = Reaper(
+        Command::new(&exporter)
+            .arg(format!(
+                "--pgBouncer.connectionString=postgres://admin:adminpw@127.0.0.1:{}/pgbouncer?sslmode=disable",
+                s.port
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{eport}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pgbouncer_exporter"),
+    );
+    let t0 = Instant::now();
+    let text = loop {
+        if TcpStream::connect(("127.0.0.1", eport)).await.is_ok() {
+            break get(eport, "/metrics").await.1;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "exporter did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(sample(&text, "pgbouncer_up"), 1.0, "{text}");
+    let active = text
+        .lines()
+        .find(|l| {
+            l.starts_with("pgbouncer_pools_client_active_connections{")
+                && l.contains("database=\"app\"")
+                && l.contains("user=\"trust_user\"")
+        })
+        .unwrap_or_else(|| panic!("no pool metric for app/trust_user:\n{text}"));
+    assert!(active.ends_with(" 1"), "{active}");
+    assert!(
+        text.contains("pgbouncer_pools_server_idle_connections{"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("pgbouncer_stats_queries_pooled_total{")
+                && l.contains("database=\"app\"")),
+        "{text}"
+    );
+    assert!(text.contains("pgbouncer_version_info{"), "{text}");
+}
