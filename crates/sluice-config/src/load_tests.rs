@@ -163,13 +163,7 @@ fn all_sections() {
     assert_eq!(cfg.peer(2).unwrap().port, 6433);
     assert_eq!(
         cfg.unsupported,
-        vec![
-            (
-                "max_prepared_statements".to_string(),
-                "all.ini:16".to_string()
-            ),
-            ("peer_id".to_string(), "all.ini:17".to_string()),
-        ]
+        vec![("peer_id".to_string(), "all.ini:17".to_string())]
     );
 }
 

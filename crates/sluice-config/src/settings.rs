@@ -60,7 +60,7 @@ declare_settings! {
         max_db_client_connections: u32 = "0", reloadable, supported, "Maximum client connections per database; 0 = no limit.";
         max_db_connections: u32 = "0", reloadable, supported, "Maximum server connections per database (all users); 0 = no limit.";
         max_packet_size: u32 = "2147483647", reloadable, supported, "Largest packet accepted (bytes).";
-        max_prepared_statements: u32 = "200", reloadable, unsupported, "Protocol-level prepared statements tracked per server connection; 0 = off.";
+        max_prepared_statements: u32 = "200", reloadable, supported, "Protocol-level prepared statements tracked per server connection; 0 = off.";
         max_user_client_connections: u32 = "0", reloadable, supported, "Maximum client connections per user; 0 = no limit.";
         max_user_connections: u32 = "0", reloadable, supported, "Maximum server connections per user (all databases); 0 = no limit.";
         min_pool_size: u32 = "0", reloadable, supported, "Keep at least this many server connections per pool.";
@@ -123,6 +123,7 @@ declare_settings! {
     /// The `[sluice]` section: settings PgBouncer does not have.
     pub struct SluiceSettings in SLUICE_SETTINGS {
         metrics_listen_addr: Option<String> = "", fixed, supported, "host:port of the HTTP listener serving Prometheus /metrics and /health (e.g. 127.0.0.1:9127); empty = off.";
+        pin_session_state: bool = "1", reloadable, supported, "Transaction/statement mode: session state (advisory locks, LISTEN, temp tables, WITH HOLD cursors, SQL PREPARE, LOAD) keeps the client on its server until it is gone (1), or the statement fails with SQLSTATE 0A000 (0).";
         workers: u32 = "0", fixed, supported, "Worker threads; 0 = number of CPU cores.";
     }
 }

@@ -132,6 +132,7 @@ const NON_RELOADABLE: &[&str] = &[
 
 /// Keys the first Sluice version implements.
 const SUPPORTED: &[&str] = &[
+    "max_prepared_statements",
     "logfile",
     "pidfile",
     "listen_addr",

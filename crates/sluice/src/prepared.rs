@@ -22,6 +22,9 @@ pub struct Statement {
     param_types: Box<[u32]>,
     /// The complete Parse message with the server name.
     pub parse_message: Bytes,
+    /// Running it may create or change session state (SET, advisory locks, LISTEN...): the
+    /// session tracker looks at its text each time it is executed.
+    pub affects_session: bool,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -77,6 +80,7 @@ impl StatementRegistry {
             query: query.into(),
             param_types: param_types.into(),
             parse_message: msg.freeze(),
+            affects_session: crate::session_state::might_affect_session(query),
         });
         if map.len() >= 1024 && map.len().is_power_of_two() {
             map.retain(|_, w| w.strong_count() > 0);

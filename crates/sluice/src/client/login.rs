@@ -18,6 +18,7 @@ use crate::error::{sqlstate, ClientNotice};
 use crate::pool::{resolve, Pool, PoolKey};
 use crate::prepared::ClientStatements;
 use crate::server::params::ParamMap;
+use crate::session_state::tracker::SessionTracker;
 use crate::stats::PoolStats;
 
 /// A logged-in client's place: its pool, its expected parameters, its cancel key.
@@ -28,6 +29,8 @@ pub struct Session {
     pub params: ParamMap,
     /// The client's protocol-level prepared statements (transaction/statement mode).
     pub statements: ClientStatements,
+    /// Session state the client created (tracked parameters, pins), transaction/statement mode.
+    pub tracker: SessionTracker,
     pub cancel: CancelHandle,
     /// Leaves the pool's client count on drop.
     _member: PoolMember,
@@ -162,6 +165,7 @@ pub async fn login(
         entry,
         params,
         statements: ClientStatements::default(),
+        tracker: SessionTracker::default(),
         cancel,
         _member: member,
     })

@@ -6,9 +6,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use sluice_config::PoolMode;
 use sluice_protocol::{frontend_tag, peek_header};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -16,12 +17,16 @@ use super::login::Session;
 use super::registry::ClientState;
 use super::{ClientConn, EndReason};
 use crate::app::App;
+use crate::error::ServerError;
 use crate::error::{sqlstate, ClientNotice};
 use crate::forward::{Prepared, Relay, RelayEnd, RelayTimeouts};
 use crate::lifecycle::Phase;
+use crate::pool::PoolSettings;
 use crate::pool::{Pool, PooledServer};
 use crate::server::params::set_statement;
 use crate::server::query;
+use crate::session_state::policy::Feature;
+use crate::session_state::tracker::{CLEANUP_SQL, PIN_CHECK_SQL, RESET_SQL};
 
 enum Idle {
     Request,
@@ -69,91 +74,171 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
         };
         s.entry.set_state(ClientState::Active);
         s.entry.server_id.store(server.id, Ordering::Relaxed);
-        if let Some(sql) = set_statement(&app.tracked, &s.params, &server.params) {
-            if let Err(e) = query::run_simple(&mut server, &sql, max_packet).await {
-                tracing::warn!(
-                    "C-{}: {} invalid server parameter: {e}",
-                    client.id,
-                    client.label
-                );
-                return EndReason::Error(ClientNotice::new(
-                    sqlstate::PROTOCOL_VIOLATION,
-                    format!("invalid server parameter: {e}"),
-                ));
-            }
+        if let Err(e) = prepare_server(app, client.id, &mut s, &mut server, max_packet).await {
+            tracing::warn!(
+                "C-{}: {} invalid server parameter: {e}",
+                client.id,
+                client.label
+            );
+            return EndReason::Error(ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!("invalid server parameter: {e}"),
+            ));
         }
         s.cancel.slot.link(&server.addr, server.backend_key);
-        let timeouts = RelayTimeouts {
-            query_timeout: settings.query_timeout,
-            idle_transaction_timeout: settings.idle_transaction_timeout,
-            transaction_timeout: settings.transaction_timeout,
-            client_idle_timeout: settings.client_idle_timeout,
-        };
-        let max_prepared = app.config().settings.max_prepared_statements as usize;
-        let prepared = (settings.mode != PoolMode::Session && max_prepared > 0).then(|| Prepared {
-            registry: &app.statements,
-            client: &mut s.statements,
-            max_per_server: max_prepared,
-        });
-        let relay = Relay::new(
-            client,
-            &mut server,
-            &mut s.params,
-            &app.tracked,
-            &s.pool.stats,
-            prepared,
-            settings.mode,
-            max_packet,
-            timeouts,
-        );
-        // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
-        let end = tokio::select! {
-            end = relay.run() => end,
-            _ = s.entry.kill.cancelled() => RelayEnd::Fatal { notice: killed_notice(), server_clean: false },
+        let end = loop {
+            let end = relay_once(app, client, &mut s, &mut server, &settings).await;
+            if !matches!(end, RelayEnd::PinCheck) {
+                break end;
+            }
+            // A pinned client may have released what pinned it: ask the server.
+            let mut notes = BytesMut::new();
+            let check = query::run_scalar(&mut server, PIN_CHECK_SQL, max_packet, &mut notes).await;
+            if !notes.is_empty() && client.stream.write_all(&notes).await.is_err() {
+                break RelayEnd::ClientGone { clean: false };
+            }
+            match check {
+                Ok(Some(n)) if n == "0" => {
+                    s.tracker.unpin();
+                    break RelayEnd::Released;
+                }
+                Ok(_) => continue,
+                Err(e) => break RelayEnd::ServerGone(e.client_notice()),
+            }
         };
         s.cancel.slot.unlink();
         s.entry.server_id.store(0, Ordering::Relaxed);
-        match end {
-            RelayEnd::Released => {
-                let reset = settings
-                    .reset_always
-                    .then(|| settings.reset_query())
-                    .flatten();
-                give_back(&s.pool, server, reset, max_packet).await;
-            }
-            RelayEnd::ClientGone { clean } => {
-                if clean {
-                    let reset = if settings.mode == PoolMode::Session || settings.reset_always {
-                        settings.reset_query()
-                    } else {
-                        None
-                    };
-                    give_back(&s.pool, server, reset, max_packet).await;
-                } else {
-                    tracing::debug!(
-                        "S-{}: closing server: client left mid-transaction",
-                        server.id
-                    );
-                    drop(server);
-                }
-                return EndReason::ClientClosed;
-            }
-            RelayEnd::ServerGone(notice) => {
-                drop(server);
-                return EndReason::Error(notice);
-            }
-            RelayEnd::Fatal {
-                notice,
-                server_clean,
-            } => {
-                if server_clean {
-                    let reset = settings.reset_query();
-                    give_back(&s.pool, server, reset, max_packet).await;
-                } else {
-                    drop(server);
-                }
-                return EndReason::Error(notice);
-            }
+        if s.tracker.take_touched() || s.tracker.has_tracked() {
+            server.gucs_owner = client.id;
+            server.gucs_dirty = true;
+        }
+        if let Some(reason) = finish(&s, server, end, &settings, max_packet).await {
+            return reason;
+        }
+    }
+}
+
+/// Make a freshly linked server carry this client's session: undo another client's parameter
+/// changes, replay this client's, then align the tracked startup parameters.
+async fn prepare_server(
+    app: &Arc<App>,
+    client_id: u64,
+    s: &mut Session,
+    server: &mut PooledServer,
+    max_packet: usize,
+) -> Result<(), ServerError> {
+    let carries_mine = server.gucs_dirty && server.gucs_owner == client_id;
+    if !carries_mine {
+        let mut sql = String::new();
+        if server.gucs_dirty {
+            sql.push_str(RESET_SQL);
+            sql.push(';');
+        }
+        if let Some(replay) = s.tracker.replay_sql() {
+            sql.push_str(&replay);
+        }
+        if !sql.is_empty() {
+            query::run_simple(server, &sql, max_packet).await?;
+        }
+        server.gucs_dirty = s.tracker.has_tracked();
+        server.gucs_owner = client_id;
+    }
+    if let Some(sql) = set_statement(&app.tracked, &s.params, &server.params) {
+        query::run_simple(server, &sql, max_packet).await?;
+    }
+    Ok(())
+}
+
+/// One relay run over the linked server, stopped early by KILL_CLIENT.
+async fn relay_once(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    s: &mut Session,
+    server: &mut PooledServer,
+    settings: &PoolSettings,
+) -> RelayEnd {
+    let timeouts = RelayTimeouts {
+        query_timeout: settings.query_timeout,
+        idle_transaction_timeout: settings.idle_transaction_timeout,
+        transaction_timeout: settings.transaction_timeout,
+        client_idle_timeout: settings.client_idle_timeout,
+    };
+    let pooled = settings.mode != PoolMode::Session;
+    let max_prepared = app.config().settings.max_prepared_statements as usize;
+    let prepared = (pooled && max_prepared > 0).then(|| Prepared {
+        registry: &app.statements,
+        client: &mut s.statements,
+        max_per_server: max_prepared,
+    });
+    let tracking = pooled.then_some((&mut s.tracker, app.may_pin_session_state()));
+    let relay = Relay::new(
+        client,
+        server,
+        &mut s.params,
+        &app.tracked,
+        &s.pool.stats,
+        prepared,
+        tracking,
+        settings.mode,
+        settings.connect.max_packet_size,
+        timeouts,
+    );
+    // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
+    tokio::select! {
+        end = relay.run() => end,
+        _ = s.entry.kill.cancelled() => RelayEnd::Fatal { notice: killed_notice(), server_clean: false },
+    }
+}
+
+/// Settle the server after a relay; Some(reason) when the session ends.
+async fn finish(
+    s: &Session,
+    server: PooledServer,
+    end: RelayEnd,
+    settings: &PoolSettings,
+    max_packet: usize,
+) -> Option<EndReason> {
+    // A client that leaves while pinned leaves state behind: clean it (or close after LOAD).
+    let pinned = s.tracker.pinned();
+    let leave_reset: Vec<&str> = match pinned {
+        Some(Feature::LoadModule) => Vec::new(),
+        Some(_) => CLEANUP_SQL.to_vec(),
+        None if settings.mode == PoolMode::Session || settings.reset_always => {
+            settings.reset_query().into_iter().collect()
+        }
+        None => Vec::new(),
+    };
+    match end {
+        RelayEnd::Released | RelayEnd::PinCheck => {
+            let reset = settings
+                .reset_always
+                .then(|| settings.reset_query())
+                .flatten();
+            give_back(&s.pool, server, reset.as_slice(), max_packet).await;
+            None
+        }
+        RelayEnd::ClientGone { clean }
+        | RelayEnd::Fatal {
+            server_clean: clean,
+            ..
+        } if clean && pinned != Some(Feature::LoadModule) => {
+            give_back(&s.pool, server, &leave_reset, max_packet).await;
+            Some(match end {
+                RelayEnd::Fatal { notice, .. } => EndReason::Error(notice),
+                _ => EndReason::ClientClosed,
+            })
+        }
+        RelayEnd::ClientGone { .. } => {
+            tracing::debug!(
+                "S-{}: closing server: client left mid-transaction or after LOAD",
+                server.id
+            );
+            drop(server);
+            Some(EndReason::ClientClosed)
+        }
+        RelayEnd::ServerGone(notice) | RelayEnd::Fatal { notice, .. } => {
+            drop(server);
+            Some(EndReason::Error(notice))
         }
     }
 }
@@ -167,13 +252,8 @@ fn killed() -> EndReason {
 }
 
 /// Return a clean server, after the reset query when one applies; a failing reset closes it.
-async fn give_back(
-    pool: &Arc<Pool>,
-    mut server: PooledServer,
-    reset: Option<&str>,
-    max_packet: usize,
-) {
-    if let Some(q) = reset {
+async fn give_back(pool: &Arc<Pool>, mut server: PooledServer, reset: &[&str], max_packet: usize) {
+    for q in reset {
         if let Err(e) = query::run_simple(&mut server, q, max_packet).await {
             tracing::warn!("S-{}: server_reset_query failed, closing: {e}", server.id);
             drop(server);

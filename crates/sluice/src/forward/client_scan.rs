@@ -2,15 +2,19 @@
 //! (when rewriting) turn named prepared statements into the pooler's server-side statements.
 
 use bytes::{Buf, BufMut};
+use sluice_config::PoolMode;
 use sluice_protocol::{
-    decode_describe_or_close, decode_parse, encode_close, encode_describe, frontend_tag,
-    peek_header,
+    decode_describe_or_close, decode_parse, encode_close, encode_describe, encode_error,
+    encode_ready_for_query, frontend_tag, peek_header, Severity,
 };
 
 use super::expect::{Action, Expect};
 use super::{client_violation, Relay, RelayEnd};
 use crate::error::sqlstate;
 use crate::prepared::Statement;
+use crate::session_state::policy::FEATURE_NOT_SUPPORTED;
+use crate::session_state::tracker::Verdict;
+use crate::session_state::LexOptions;
 use std::sync::Arc;
 
 const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
@@ -59,6 +63,19 @@ impl Relay<'_> {
                 self.client_done = true;
                 return Ok(());
             }
+            if self.tracker.is_some()
+                && !self.c_observed
+                && matches!(tag, frontend_tag::QUERY | frontend_tag::PARSE)
+            {
+                match self.observe_session_state(tag, total, avail)? {
+                    Step::Wait => return Ok(()),
+                    Step::Consumed => {
+                        self.c.need = 0;
+                        continue;
+                    }
+                    Step::PassThrough => {}
+                }
+            }
             let rewrite = self.prepared.is_some()
                 && matches!(
                     tag,
@@ -72,6 +89,7 @@ impl Relay<'_> {
                     Step::Wait => return Ok(()),
                     Step::Consumed => {
                         self.c.need = 0;
+                        self.c_observed = false;
                         continue;
                     }
                     Step::PassThrough => {}
@@ -82,7 +100,72 @@ impl Relay<'_> {
             self.c.ready += take;
             self.c.remaining = total - take;
             self.c.need = 0;
+            self.c_observed = false;
         }
+    }
+
+    /// Show a Query's or Parse's SQL to the session tracker; a refused Query is answered here
+    /// with 0A000 and never reaches the server.
+    fn observe_session_state(
+        &mut self,
+        tag: u8,
+        total: usize,
+        avail: usize,
+    ) -> Result<Step, RelayEnd> {
+        let start = self.c.ready;
+        if avail < total {
+            self.c.need = start + total;
+            return Ok(Step::Wait);
+        }
+        let body = &self.client.rbuf[start + 5..start + total];
+        if tag == frontend_tag::PARSE && self.prepared.is_some() && body.first() != Some(&0) {
+            // A named statement acts when it runs: the tracker sees it at each Bind.
+            return Ok(Step::PassThrough);
+        }
+        let sql = if tag == frontend_tag::QUERY {
+            body.split(|b| *b == 0).next().unwrap_or_default()
+        } else {
+            body.split(|b| *b == 0).nth(1).unwrap_or_default()
+        };
+        let opts = LexOptions {
+            standard_conforming_strings: self.server.params.get("standard_conforming_strings")
+                != Some("off"),
+        };
+        // A Parse runs later (at Execute) and cannot be refused cleanly here: it pins instead.
+        let may_pin = self.may_pin || tag == frontend_tag::PARSE;
+        let Some(tracker) = self.tracker.as_deref_mut() else {
+            return Ok(Step::PassThrough);
+        };
+        let verdict = tracker.observe(sql, opts, may_pin);
+        self.c_observed = true;
+        let Verdict::Refuse(feature) = verdict else {
+            return Ok(Step::PassThrough);
+        };
+        self.c_observed = false;
+        // The error must come after every reply still owed: wait until nothing is in flight.
+        if start > 0
+            || self.pending_rfq > 0
+            || !self.expect.is_empty()
+            || self.s.ready > 0
+            || self.s.remaining > 0
+        {
+            return Ok(Step::Wait);
+        }
+        self.client.rbuf.advance(total);
+        encode_error(
+            Severity::Error,
+            FEATURE_NOT_SUPPORTED,
+            &format!(
+                "{} is not supported in {} pooling mode",
+                feature.describe(),
+                if self.mode == PoolMode::Statement { "statement" } else { "transaction" }
+            ),
+            None,
+            Some("Use a session-mode pool for this client, or set pin_session_state = 1 in [sluice]."),
+            &mut self.s_inject,
+        );
+        encode_ready_for_query(self.server.status, &mut self.s_inject);
+        Ok(Step::Consumed)
     }
 
     /// Account for a request that goes to the server unchanged.
@@ -90,12 +173,26 @@ impl Relay<'_> {
         let expect = match tag {
             frontend_tag::QUERY | frontend_tag::FUNCTION_CALL => {
                 self.pending_rfq += 1;
+                self.open_copy_window();
                 Expect::UntilReady
             }
+            frontend_tag::SYNC if self.copy_in_open => return, // ignored by the server in COPY IN
             frontend_tag::SYNC => {
                 self.pending_rfq += 1;
                 self.unsynced = false;
+                if !self.copy_done_in_window {
+                    self.syncs_in_copy_window += 1;
+                }
                 Expect::Sync
+            }
+            frontend_tag::COPY_DONE | frontend_tag::COPY_FAIL => {
+                self.copy_done_in_window = true;
+                self.copy_in_open = false;
+                return;
+            }
+            frontend_tag::EXECUTE => {
+                self.open_copy_window();
+                Expect::Execute
             }
             frontend_tag::PARSE => Expect::Parse {
                 action: Action::Forward,
@@ -104,7 +201,6 @@ impl Relay<'_> {
             },
             frontend_tag::BIND => Expect::Bind,
             frontend_tag::DESCRIBE => Expect::Describe,
-            frontend_tag::EXECUTE => Expect::Execute,
             frontend_tag::CLOSE => Expect::Close {
                 action: Action::Forward,
             },
@@ -115,6 +211,11 @@ impl Relay<'_> {
         }
         self.mark_query_start();
         self.push(expect);
+    }
+
+    fn open_copy_window(&mut self) {
+        self.syncs_in_copy_window = 0;
+        self.copy_done_in_window = false;
     }
 
     /// Queue the reply a request will get. After an error the server ignores extended messages
@@ -263,6 +364,16 @@ impl Relay<'_> {
         let name = String::from_utf8_lossy(&visible[portal_end + 1..stmt_end]).into_owned();
         let portal = visible[..portal_end].to_vec();
         let stmt = self.client_statement(&name)?;
+        if stmt.affects_session {
+            let opts = LexOptions {
+                standard_conforming_strings: self.server.params.get("standard_conforming_strings")
+                    != Some("off"),
+            };
+            if let Some(t) = self.tracker.as_deref_mut() {
+                // Refusing mid-batch is not possible here: session state from a named statement pins.
+                t.observe(stmt.query().as_bytes(), opts, true);
+            }
+        }
         self.ensure_prepared(&stmt);
         let head_len = 5 + stmt_end + 1;
         let new_len = total - 1 - name.len() + stmt.server_name.len();

@@ -31,6 +31,7 @@ use crate::error::{sqlstate, ClientNotice};
 use crate::prepared::{ClientStatements, StatementRegistry};
 use crate::server::params::{ParamMap, TrackedSet};
 use crate::server::ServerConn;
+use crate::session_state::tracker::SessionTracker;
 use crate::stats::PoolStats;
 use expect::Expect;
 
@@ -50,6 +51,9 @@ pub enum RelayEnd {
     ClientGone { clean: bool },
     /// The server connection failed; the client gets `notice`.
     ServerGone(ClientNotice),
+    /// The client is pinned, idle, and ran something that may have released the pin: the session
+    /// checks the server and relays again (still pinned) or releases it.
+    PinCheck,
     /// The client broke the protocol or hit a limit; `server_clean` says if the server may be reused.
     Fatal {
         notice: ClientNotice,
@@ -91,6 +95,12 @@ pub struct Relay<'a> {
     tracked: &'a TrackedSet,
     stats: &'a PoolStats,
     prepared: Option<Prepared<'a>>,
+    /// Session-state tracking (transaction/statement mode).
+    tracker: Option<&'a mut SessionTracker>,
+    /// Whether the policy lets session state pin a client (else such statements are refused).
+    may_pin: bool,
+    /// The current client message was already shown to the tracker (scans may pause and resume).
+    c_observed: bool,
     mode: PoolMode,
     max_packet: usize,
     timeouts: RelayTimeouts,
@@ -108,6 +118,12 @@ pub struct Relay<'a> {
     pending_rfq: u32,
     /// Extended-protocol messages sent since the last Sync.
     unsynced: bool,
+    /// Syncs the client sent after its last Execute/Query and before a CopyDone/CopyFail: if that
+    /// command turns out to be COPY FROM STDIN, the server ignores them (no ReadyForQuery).
+    syncs_in_copy_window: u32,
+    copy_done_in_window: bool,
+    /// The server is in COPY IN and the client has not ended it yet: its Syncs are ignored.
+    copy_in_open: bool,
     client_done: bool,
     query_started: Option<Instant>,
     xact_started: Option<Instant>,
@@ -125,10 +141,15 @@ impl<'a> Relay<'a> {
         tracked: &'a TrackedSet,
         stats: &'a PoolStats,
         prepared: Option<Prepared<'a>>,
+        tracking: Option<(&'a mut SessionTracker, bool)>,
         mode: PoolMode,
         max_packet: usize,
         timeouts: RelayTimeouts,
     ) -> Self {
+        let (tracker, may_pin) = match tracking {
+            Some((t, p)) => (Some(t), p),
+            None => (None, true),
+        };
         let now = Instant::now();
         let status = server.status;
         Relay {
@@ -138,6 +159,9 @@ impl<'a> Relay<'a> {
             tracked,
             stats,
             prepared,
+            tracker,
+            may_pin,
+            c_observed: false,
             mode,
             max_packet,
             timeouts,
@@ -149,6 +173,9 @@ impl<'a> Relay<'a> {
             discard_until_sync: false,
             pending_rfq: 0,
             unsynced: false,
+            syncs_in_copy_window: 0,
+            copy_done_in_window: false,
+            copy_in_open: false,
             client_done: false,
             query_started: None,
             xact_started: (status != TransactionStatus::Idle).then_some(now),
@@ -162,6 +189,11 @@ impl<'a> Relay<'a> {
     /// the start of at least one message (what made the session take a server).
     pub async fn run(mut self) -> RelayEnd {
         if let Err(end) = self.scan_client() {
+            return end;
+        }
+        // A pooler-run query (parameter SETs, the pin check) may have read past its own reply:
+        // a notification that arrived meanwhile waits in the buffer.
+        if let Err(end) = self.scan_server() {
             return end;
         }
         self.drain_fakes();
@@ -217,7 +249,14 @@ impl<'a> Relay<'a> {
                 });
             }
             if self.mode != PoolMode::Session && self.server_clean() {
-                return Poll::Ready(RelayEnd::Released);
+                match self.tracker.as_deref_mut() {
+                    Some(t) if t.pinned().is_some() => {
+                        if t.take_release_check() {
+                            return Poll::Ready(RelayEnd::PinCheck);
+                        }
+                    }
+                    _ => return Poll::Ready(RelayEnd::Released),
+                }
             }
 
             // 3. read from the client

@@ -45,16 +45,18 @@ impl Relay<'_> {
             let tag = header.tag;
             let total = header.total_len();
             let avail = len - self.s.ready;
+            let tracking = self.tracker.is_some();
             let inspect = matches!(
                 tag,
                 backend_tag::READY_FOR_QUERY | backend_tag::PARAMETER_STATUS
-            ) || (rewriting
-                && matches!(
-                    tag,
-                    backend_tag::PARSE_COMPLETE
-                        | backend_tag::CLOSE_COMPLETE
-                        | backend_tag::COMMAND_COMPLETE
-                ));
+            ) || (tracking && tag == backend_tag::COMMAND_COMPLETE)
+                || (rewriting
+                    && matches!(
+                        tag,
+                        backend_tag::PARSE_COMPLETE
+                            | backend_tag::CLOSE_COMPLETE
+                            | backend_tag::COMMAND_COMPLETE
+                    ));
             if inspect {
                 if total > INSPECT_MAX {
                     return Err(self.server_gone());
@@ -72,11 +74,15 @@ impl Relay<'_> {
                     if rewriting {
                         self.pop_through_sync();
                     }
+                    if let Some(t) = self.tracker.as_deref_mut() {
+                        t.on_ready(status == sluice_protocol::TransactionStatus::Idle);
+                    }
                     self.s.ready += total;
                     self.s.need = 0;
                     self.ready_for_query(status)?;
                     continue;
                 }
+                backend_tag::COPY_IN | backend_tag::COPY_BOTH => self.copy_in_started(),
                 backend_tag::PARAMETER_STATUS => {
                     let body = &self.server.rbuf[start + 5..start + total];
                     if let Ok((k, v)) = decode_parameter_status(body) {
@@ -84,6 +90,20 @@ impl Relay<'_> {
                         if let Some(name) = self.tracked.canonical(k) {
                             self.client_params.set(name, v);
                         }
+                    }
+                }
+                backend_tag::ERROR_RESPONSE | backend_tag::COMMAND_COMPLETE if tracking => {
+                    if let Some(t) = self.tracker.as_deref_mut() {
+                        if tag == backend_tag::ERROR_RESPONSE {
+                            t.on_error();
+                        } else {
+                            let body = &self.server.rbuf[start + 5..start + total];
+                            t.on_command_complete(body.strip_suffix(b"\0").unwrap_or(body));
+                        }
+                    }
+                    if rewriting {
+                        // Prepared-statement bookkeeping sees the same reply.
+                        let _ = self.route(tag, start, total);
                     }
                 }
                 _ if rewriting => {
@@ -205,6 +225,28 @@ impl Relay<'_> {
             }
         }
         self.discard_until_sync = true;
+    }
+
+    /// The server entered COPY IN: Syncs the client sent since the COPY command and before ending
+    /// the copy are ignored by the server, so they owe no ReadyForQuery.
+    fn copy_in_started(&mut self) {
+        let ignored = std::mem::take(&mut self.syncs_in_copy_window);
+        self.pending_rfq = self.pending_rfq.saturating_sub(ignored);
+        let mut to_remove = ignored;
+        if to_remove > 0 {
+            let mut i = 0;
+            while i < self.expect.len() && to_remove > 0 {
+                if self.expect[i] == Expect::Sync {
+                    self.expect.remove(i);
+                    to_remove -= 1;
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        if !self.copy_done_in_window {
+            self.copy_in_open = true;
+        }
     }
 
     /// ReadyForQuery answers the oldest Sync / Query / FunctionCall.

@@ -43,6 +43,9 @@ pub struct ServerConn {
     /// Protocol-level statements prepared on this connection (transaction/statement mode).
     /// Boxed: most connections (session mode) never use it, and it keeps `ServerConn` small to move.
     pub prepared: Box<ServerStatements>,
+    /// A client changed session parameters here (transaction mode); `gucs_owner` is that client.
+    pub gucs_dirty: bool,
+    pub gucs_owner: u64,
 }
 
 impl ServerConn {
@@ -61,6 +64,8 @@ impl ServerConn {
             generation: 0,
             slots: None,
             prepared: Box::default(),
+            gucs_dirty: false,
+            gucs_owner: 0,
         }
     }
 

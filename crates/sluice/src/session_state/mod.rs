@@ -8,6 +8,7 @@ mod kind;
 pub mod lexer;
 pub mod policy;
 mod scan;
+pub mod tracker;
 
 pub use classify::{
     classify, classify_with, might_affect_session, might_affect_session_with, references_params,

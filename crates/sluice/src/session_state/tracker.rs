@@ -1,0 +1,329 @@
+//! One client's session state in transaction/statement mode: parameters it changed (committed
+//! with their transaction, replayed on the next server), and what pins it to its server.
+//! Pure: the relay feeds it the SQL it forwards and the server's verdicts.
+
+use super::classify::{classify_with, might_affect_session_with, LexOptions};
+use super::kind::{DiscardTarget, SetName, StatementKind};
+use super::policy::{self, Action, Feature};
+
+/// A parameter change waiting for its transaction to commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Change {
+    Set {
+        key: String,
+        replay: String,
+    },
+    Reset {
+        key: String,
+    },
+    ResetAll,
+    /// DISCARD ALL: parameters, role and session authorization back to the defaults.
+    DiscardAll,
+}
+
+/// What the client did that the relay must act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forward as usual.
+    Forward,
+    /// Refuse the query: pinning for this feature is not allowed.
+    Refuse(Feature),
+}
+
+#[derive(Debug, Default)]
+pub struct SessionTracker {
+    /// Committed parameter changes, one per key, in order of change.
+    tracked: Vec<(String, String)>,
+    pending: Vec<Change>,
+    /// What keeps the client on its server, if anything.
+    pinned: Option<Feature>,
+    /// A statement that may have released the pin ran: check the server once idle.
+    release_check: bool,
+    /// The client changed session parameters while linked (the server now carries them).
+    touched: bool,
+    failed: bool,
+    rolled_back: bool,
+}
+
+fn key_of(name: &SetName<'_>) -> Option<String> {
+    match name {
+        SetName::Param(p) => Some(p.to_string()),
+        SetName::Role => Some("role".into()),
+        SetName::SessionAuthorization => Some("session_authorization".into()),
+        SetName::SessionCharacteristics => Some("default_transaction_characteristics".into()),
+        _ => None,
+    }
+}
+
+impl SessionTracker {
+    /// Look at SQL about to be forwarded (a simple Query, or a Parse's text). `may_pin` says whether
+    /// the policy allows pinning. A refusal leaves the tracker unchanged.
+    pub fn observe(&mut self, sql: &[u8], opts: LexOptions, may_pin: bool) -> Verdict {
+        if !might_affect_session_with(sql, opts) {
+            return Verdict::Forward;
+        }
+        let stmts: Vec<_> = classify_with(sql, opts).collect();
+        for s in &stmts {
+            if let Action::Refuse(f) = policy::action(&s.kind, |_| may_pin) {
+                return Verdict::Refuse(f);
+            }
+        }
+        for s in &stmts {
+            match policy::action(&s.kind, |_| true) {
+                Action::Track => {
+                    self.touched = true;
+                    match &s.kind {
+                        StatementKind::ResetAll => self.pending.push(Change::ResetAll),
+                        StatementKind::Reset { name } => {
+                            if let Some(key) = key_of(name) {
+                                self.pending.push(Change::Reset { key });
+                            }
+                        }
+                        StatementKind::Set { name, .. } => match (key_of(name), s.replay_sql()) {
+                            (Some(key), Some(replay)) => {
+                                self.pending.push(Change::Set { key, replay })
+                            }
+                            // Cannot be replayed from its text: keep the client on this server.
+                            _ => self.pin(Feature::DynamicSet),
+                        },
+                        _ => {}
+                    }
+                }
+                Action::Pin(f) => self.pin(f),
+                Action::Release => {
+                    self.release_check = true;
+                    if matches!(s.kind, StatementKind::Discard(DiscardTarget::All)) {
+                        self.touched = true;
+                        self.pending.push(Change::DiscardAll);
+                    }
+                }
+                Action::Forward | Action::Refuse(_) => {}
+            }
+        }
+        Verdict::Forward
+    }
+
+    fn pin(&mut self, f: Feature) {
+        // LOAD and unreplayable parameters cannot be seen by the check query: they stay pinned
+        // until the client leaves. Other state is checked once the statement has run (a
+        // pg_try_advisory_lock that failed, a LISTEN already undone...).
+        if !self.pinned.is_some_and(sticky) {
+            self.pinned = Some(f);
+        }
+        if !sticky(f) {
+            self.release_check = true;
+        }
+    }
+
+    /// The server reported an error: the current transaction's changes will not commit.
+    pub fn on_error(&mut self) {
+        self.failed = true;
+    }
+
+    /// CommandComplete tag (without the NUL).
+    pub fn on_command_complete(&mut self, tag: &[u8]) {
+        if tag == b"ROLLBACK" {
+            self.rolled_back = true;
+        }
+    }
+
+    /// ReadyForQuery: when the transaction is over, commit or drop the pending changes.
+    pub fn on_ready(&mut self, idle: bool) {
+        if !idle {
+            return;
+        }
+        let commit = !self.failed && !self.rolled_back;
+        self.failed = false;
+        self.rolled_back = false;
+        for c in std::mem::take(&mut self.pending) {
+            if !commit {
+                continue;
+            }
+            match c {
+                Change::Set { key, replay } => {
+                    self.tracked.retain(|(k, _)| *k != key);
+                    self.tracked.push((key, replay));
+                }
+                Change::Reset { key } => self.tracked.retain(|(k, _)| *k != key),
+                Change::ResetAll => self
+                    .tracked
+                    .retain(|(k, _)| k == "role" || k == "session_authorization"),
+                Change::DiscardAll => self.tracked.clear(),
+            }
+        }
+    }
+
+    /// Statements that recreate this client's parameters on another server, or None.
+    pub fn replay_sql(&self) -> Option<String> {
+        if self.tracked.is_empty() {
+            return None;
+        }
+        let mut sql = String::new();
+        for (_, replay) in &self.tracked {
+            sql.push_str(replay);
+            sql.push(';');
+        }
+        Some(sql)
+    }
+
+    pub fn pinned(&self) -> Option<Feature> {
+        self.pinned
+    }
+
+    /// Take the "check whether the pin is gone" request.
+    pub fn take_release_check(&mut self) -> bool {
+        std::mem::take(&mut self.release_check) && self.pinned.is_some_and(|f| !sticky(f))
+    }
+
+    pub fn unpin(&mut self) {
+        if !self.pinned.is_some_and(sticky) {
+            self.pinned = None;
+        }
+    }
+
+    /// Did the client change session parameters on the server it is linked to? Resets the flag.
+    pub fn take_touched(&mut self) -> bool {
+        std::mem::take(&mut self.touched)
+    }
+
+    pub fn has_tracked(&self) -> bool {
+        !self.tracked.is_empty()
+    }
+}
+
+/// Pins the check query cannot see through: they last as long as the client.
+fn sticky(f: Feature) -> bool {
+    matches!(f, Feature::LoadModule | Feature::DynamicSet)
+}
+
+/// Run on a server whose pin may be gone: 0 means nothing session-bound is left.
+pub const PIN_CHECK_SQL: &str = "SELECT (SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()) + (SELECT count(*) FROM pg_catalog.pg_listening_channels()) + (SELECT count(*) FROM pg_catalog.pg_cursors WHERE is_holdable) + (SELECT count(*) FROM pg_catalog.pg_prepared_statements WHERE from_sql) + (SELECT count(*) FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema())";
+
+/// Cleans a server a pinned client leaves behind, one statement at a time (DISCARD ALL cannot run
+/// inside the implicit transaction of a multi-statement query).
+pub const CLEANUP_SQL: &[&str] = &[
+    "SELECT pg_catalog.pg_advisory_unlock_all()",
+    "UNLISTEN *",
+    "DISCARD ALL",
+];
+
+/// Puts back a server another client changed parameters on.
+pub const RESET_SQL: &str = "SET SESSION AUTHORIZATION DEFAULT; RESET ALL";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observe(t: &mut SessionTracker, sql: &str) -> Verdict {
+        t.observe(sql.as_bytes(), LexOptions::default(), true)
+    }
+
+    #[test]
+    fn sets_commit_with_their_transaction() {
+        let mut t = SessionTracker::default();
+        observe(&mut t, "SET search_path TO app, public");
+        t.on_ready(true);
+        assert_eq!(
+            t.replay_sql().as_deref(),
+            Some("SET search_path TO app, public;")
+        );
+        observe(&mut t, "SET work_mem = '8MB'; SELECT 1/0");
+        t.on_error();
+        t.on_ready(true);
+        assert_eq!(
+            t.replay_sql().as_deref(),
+            Some("SET search_path TO app, public;"),
+            "failed implicit transaction"
+        );
+        observe(&mut t, "BEGIN");
+        observe(&mut t, "SET work_mem = '8MB'");
+        t.on_ready(false);
+        t.on_command_complete(b"ROLLBACK");
+        t.on_ready(true);
+        assert!(!t.replay_sql().unwrap().contains("work_mem"), "rolled back");
+        observe(&mut t, "SET search_path = x");
+        t.on_ready(true);
+        assert_eq!(
+            t.replay_sql().as_deref(),
+            Some("SET search_path = x;"),
+            "one entry per key"
+        );
+    }
+
+    #[test]
+    fn reset_and_discard_drop_entries() {
+        let mut t = SessionTracker::default();
+        observe(&mut t, "SET a.b = 1; SET ROLE r; SET c.d = 2");
+        t.on_ready(true);
+        observe(&mut t, "RESET a.b");
+        t.on_ready(true);
+        assert_eq!(t.replay_sql().as_deref(), Some("SET ROLE r;SET c.d = 2;"));
+        observe(&mut t, "RESET ALL");
+        t.on_ready(true);
+        assert_eq!(
+            t.replay_sql().as_deref(),
+            Some("SET ROLE r;"),
+            "RESET ALL keeps the role"
+        );
+        observe(&mut t, "DISCARD ALL");
+        t.on_ready(true);
+        assert_eq!(t.replay_sql(), None);
+        assert!(t.take_touched());
+    }
+
+    #[test]
+    fn local_sets_are_not_tracked() {
+        let mut t = SessionTracker::default();
+        observe(&mut t, "SET LOCAL work_mem = '1MB'");
+        t.on_ready(true);
+        assert_eq!(t.replay_sql(), None);
+        assert!(!t.take_touched());
+    }
+
+    #[test]
+    fn pins_and_release_checks() {
+        let mut t = SessionTracker::default();
+        assert_eq!(
+            observe(&mut t, "SELECT pg_advisory_lock(1)"),
+            Verdict::Forward
+        );
+        assert_eq!(t.pinned(), Some(Feature::AdvisoryLock));
+        assert!(
+            t.take_release_check(),
+            "checked once the lock call ran (it may have failed)"
+        );
+        assert!(!t.take_release_check());
+        observe(&mut t, "SELECT pg_advisory_unlock(1)");
+        assert!(t.take_release_check());
+        assert!(!t.take_release_check(), "taken once");
+        t.unpin();
+        assert_eq!(t.pinned(), None);
+        observe(&mut t, "LOAD 'auto_explain'");
+        t.unpin();
+        assert_eq!(t.pinned(), Some(Feature::LoadModule), "LOAD stays");
+    }
+
+    #[test]
+    fn refusal_changes_nothing() {
+        let mut t = SessionTracker::default();
+        let v = t.observe(b"SET x.y = 1; LISTEN jobs", LexOptions::default(), false);
+        assert_eq!(v, Verdict::Refuse(Feature::Listen));
+        t.on_ready(true);
+        assert_eq!(t.replay_sql(), None);
+        assert_eq!(t.pinned(), None);
+    }
+
+    #[test]
+    fn dynamic_set_config_pins() {
+        let mut t = SessionTracker::default();
+        observe(&mut t, "SELECT set_config('app.tenant', $1, false)");
+        assert_eq!(t.pinned(), Some(Feature::DynamicSet));
+        observe(&mut t, "LISTEN x; UNLISTEN x");
+        assert!(
+            !t.take_release_check(),
+            "the check query cannot see a dynamic SET"
+        );
+        t.unpin();
+        assert_eq!(t.pinned(), Some(Feature::DynamicSet));
+    }
+}

@@ -1,0 +1,230 @@
+//! Session state in transaction pooling: SET is tracked and replayed, never leaks to another
+//! client; advisory locks, LISTEN and temporary tables pin the client to its server until the
+//! state is gone; with pinning disabled they fail with 0A000; a client leaving state behind
+//! gets its server cleaned.
+
+use std::time::Duration;
+
+use sluice_e2e::{PgCluster, RawConn, Sluice};
+use tokio_postgres::SimpleQueryMessage;
+
+const USERLIST: &str = "\"trust_user\" \"\"\n";
+
+fn start(extra: &str) -> Sluice {
+    let ini = Sluice::basic_ini(
+        &format!("auth_type = trust\npool_mode = transaction\nquery_wait_timeout = 5\n{extra}"),
+        "app = host={pg_host} port={pg_port} dbname=app",
+    );
+    Sluice::builder(&ini).userlist(USERLIST).start()
+}
+
+async fn value(c: &tokio_postgres::Client, sql: &str) -> String {
+    for m in c
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    {
+        if let SimpleQueryMessage::Row(r) = m {
+            return r.get(0).unwrap_or("").to_string();
+        }
+    }
+    panic!("no row for {sql}");
+}
+
+#[tokio::test]
+async fn set_follows_its_client_and_never_leaks() {
+    let s = start("default_pool_size = 1");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute("SET work_mem = '7MB'").await.unwrap();
+    a.batch_execute("SET application_name = 'client_a'")
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            value(&b, "SHOW work_mem").await,
+            "4MB",
+            "B never sees A's SET"
+        );
+        assert_eq!(
+            value(&a, "SHOW work_mem").await,
+            "7MB",
+            "A keeps its SET on the shared server"
+        );
+    }
+    assert_eq!(
+        value(&a, "SELECT pg_backend_pid()").await,
+        value(&b, "SELECT pg_backend_pid()").await
+    );
+    a.batch_execute("RESET work_mem").await.unwrap();
+    assert_eq!(value(&a, "SHOW work_mem").await, "4MB");
+}
+
+#[tokio::test]
+async fn a_set_in_a_failed_or_rolled_back_transaction_is_not_kept() {
+    let s = start("default_pool_size = 1");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    assert!(a
+        .batch_execute("SET work_mem = '9MB'; SELECT 1/0")
+        .await
+        .is_err());
+    a.batch_execute("BEGIN; SET work_mem = '11MB'; ROLLBACK")
+        .await
+        .unwrap();
+    a.batch_execute("BEGIN; SET statement_timeout = '5s'; COMMIT")
+        .await
+        .unwrap();
+    let _ = value(&b, "SELECT 1").await; // B takes the server in between
+    assert_eq!(value(&a, "SHOW work_mem").await, "4MB");
+    assert_eq!(
+        value(&a, "SHOW statement_timeout").await,
+        "5s",
+        "committed SET is kept"
+    );
+    assert_eq!(value(&b, "SHOW statement_timeout").await, "0");
+}
+
+#[tokio::test]
+async fn advisory_lock_pins_until_unlocked() {
+    let s = start("default_pool_size = 2");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    let c = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute("SELECT pg_advisory_lock(424242)")
+        .await
+        .unwrap();
+    let pinned = value(&a, "SELECT pg_backend_pid()").await;
+    // Others keep running on the remaining server; A stays on its own.
+    for _ in 0..3 {
+        assert_eq!(
+            value(&b, "SELECT pg_try_advisory_lock(424242)::text").await,
+            "false"
+        );
+        assert_eq!(value(&c, "SELECT 1").await, "1");
+        assert_eq!(value(&a, "SELECT pg_backend_pid()").await, pinned);
+    }
+    a.batch_execute("SELECT pg_advisory_unlock(424242)")
+        .await
+        .unwrap();
+    // Unpinned: A's server goes back to the pool and B can take the lock.
+    assert_eq!(
+        value(&b, "SELECT pg_try_advisory_lock(424242)::text").await,
+        "true"
+    );
+    b.batch_execute("SELECT pg_advisory_unlock_all()")
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_client_leaving_with_a_lock_gets_its_server_cleaned() {
+    let s = start("default_pool_size = 1");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute(
+        "SELECT pg_advisory_lock(515151); LISTEN leftover; CREATE TEMP TABLE t_left(x int)",
+    )
+    .await
+    .unwrap();
+    let pid = value(&a, "SELECT pg_backend_pid()").await;
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    assert_eq!(
+        value(&b, "SELECT pg_try_advisory_lock(515151)::text").await,
+        "true"
+    );
+    assert_eq!(
+        value(&b, "SELECT count(*) FROM pg_listening_channels()").await,
+        "0"
+    );
+    assert_eq!(
+        value(&b, "SELECT count(*) FROM pg_class WHERE relname = 't_left'").await,
+        "0"
+    );
+    assert_eq!(
+        value(&b, "SELECT pg_backend_pid()").await,
+        pid,
+        "the cleaned server was reused"
+    );
+}
+
+#[tokio::test]
+async fn temp_table_pins_and_is_invisible_to_others() {
+    let s = start("default_pool_size = 2");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute("CREATE TEMP TABLE scratch(x int); INSERT INTO scratch VALUES (1), (2)")
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(value(&a, "SELECT count(*) FROM scratch").await, "2");
+        assert!(b
+            .simple_query("SELECT count(*) FROM scratch")
+            .await
+            .is_err());
+    }
+    a.batch_execute("DROP TABLE scratch").await.unwrap();
+}
+
+#[tokio::test]
+async fn listen_keeps_receiving_notifications_between_transactions() {
+    let s = start("default_pool_size = 1");
+    let mut a = RawConn::connect(s.port).await;
+    a.send(&RawConn::startup_packet(&[
+        ("user", "trust_user"),
+        ("database", "app"),
+    ]))
+    .await;
+    while a
+        .read_message(Duration::from_secs(5))
+        .await
+        .expect("login")
+        .0
+        != b'Z'
+    {}
+    a.send(&RawConn::message(b'Q', b"LISTEN jobs\0")).await;
+    while a
+        .read_message(Duration::from_secs(5))
+        .await
+        .expect("listen")
+        .0
+        != b'Z'
+    {}
+    // Another client (through a second pool slot? no: pool_size=1 and A is pinned) notifies directly.
+    PgCluster::get().psql("app", "NOTIFY jobs, 'hello'");
+    let (tag, body) = a
+        .read_message(Duration::from_secs(5))
+        .await
+        .expect("a notification while idle");
+    assert_eq!(tag, b'A', "NotificationResponse");
+    assert!(body.windows(5).any(|w| w == b"hello"));
+}
+
+#[tokio::test]
+async fn with_pinning_disabled_session_state_is_refused() {
+    let s = start("default_pool_size = 1\n\n[sluice]\npin_session_state = 0");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    for sql in [
+        "LISTEN x",
+        "SELECT pg_advisory_lock(1)",
+        "CREATE TEMP TABLE t(x int)",
+    ] {
+        let err = a.batch_execute(sql).await.expect_err(sql);
+        let db = err.as_db_error().expect("a server-style error");
+        assert_eq!(db.code().code(), "0A000", "{sql}");
+        assert!(
+            db.message()
+                .contains("not supported in transaction pooling mode"),
+            "{}",
+            db.message()
+        );
+    }
+    // The session goes on, and nothing was executed.
+    assert_eq!(
+        value(&a, "SELECT count(*) FROM pg_listening_channels()").await,
+        "0"
+    );
+    a.batch_execute("SET work_mem = '5MB'").await.unwrap();
+    assert_eq!(value(&a, "SHOW work_mem").await, "5MB");
+}
