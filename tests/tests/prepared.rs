@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sluice_e2e::{error_fields, pgbench, PgCluster, RawConn, Sluice};
+use sluice_e2e::{error_fields, pgbench, Console, PgCluster, RawConn, Sluice};
 
 const USERLIST: &str = "\"trust_user\" \"\"\n\"scram_user\" \"scram_pass\"\n";
 const WAIT: Duration = Duration::from_secs(5);
@@ -354,4 +354,21 @@ async fn session_mode_passes_names_through_untouched() {
     )
     .await;
     assert_eq!(first_value(&read_until(&mut c, b'Z').await), "mine");
+}
+
+#[tokio::test]
+async fn parse_and_bind_counters_in_show_stats() {
+    let s = start("default_pool_size = 1\nadmin_users = trust_user");
+    let mut c = raw_login(&s).await;
+    c.send(&[parse("k", "SELECT 1"), bind("k"), execute(), sync()].concat())
+        .await;
+    read_until(&mut c, b'Z').await;
+    c.send(&[bind("k"), execute(), sync()].concat()).await;
+    read_until(&mut c, b'Z').await;
+    let mut console = Console::connect(s.port, "trust_user", "").await.unwrap();
+    let t = console.query("SHOW STATS_TOTALS").await.unwrap();
+    let n = |col: &str| t.get("app", col).unwrap().parse::<i64>().unwrap();
+    assert_eq!(n("client_parse_count"), 1);
+    assert_eq!(n("server_parse_count"), 1);
+    assert_eq!(n("bind_count"), 2);
 }

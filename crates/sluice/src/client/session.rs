@@ -27,6 +27,7 @@ use crate::server::params::set_statement;
 use crate::server::query;
 use crate::session_state::policy::Feature;
 use crate::session_state::tracker::{CLEANUP_SQL, PIN_CHECK_SQL, RESET_SQL};
+use crate::stats::PoolStats;
 
 enum Idle {
     Request,
@@ -45,7 +46,16 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
         let max_packet = settings.connect.max_packet_size;
         let idle_limit = settings.client_idle_timeout;
         s.entry.set_state(ClientState::Idle);
-        match wait_for_request(client, max_packet, idle_limit, &mut phase, &s.entry.kill).await {
+        match wait_for_request(
+            client,
+            max_packet,
+            idle_limit,
+            &mut phase,
+            &s.entry.kill,
+            &s.pool.stats,
+        )
+        .await
+        {
             Idle::Request => {}
             Idle::Terminate | Idle::Closed => return EndReason::ClientClosed,
             Idle::Timeout => {
@@ -112,7 +122,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
             server.gucs_owner = client.id;
             server.gucs_dirty = true;
         }
-        if let Some(reason) = finish(&s, server, end, &settings, max_packet).await {
+        if let Some(reason) = finish(&s, server, end, &settings).await {
             return reason;
         }
     }
@@ -196,7 +206,6 @@ async fn finish(
     server: PooledServer,
     end: RelayEnd,
     settings: &PoolSettings,
-    max_packet: usize,
 ) -> Option<EndReason> {
     // A client that leaves while pinned leaves state behind: clean it (or close after LOAD).
     let pinned = s.tracker.pinned();
@@ -214,7 +223,7 @@ async fn finish(
                 .reset_always
                 .then(|| settings.reset_query())
                 .flatten();
-            give_back(&s.pool, server, reset.as_slice(), max_packet).await;
+            give_back(&s.pool, server, reset.as_slice()).await;
             None
         }
         RelayEnd::ClientGone { clean }
@@ -222,7 +231,7 @@ async fn finish(
             server_clean: clean,
             ..
         } if clean && pinned != Some(Feature::LoadModule) => {
-            give_back(&s.pool, server, &leave_reset, max_packet).await;
+            give_back(&s.pool, server, &leave_reset).await;
             Some(match end {
                 RelayEnd::Fatal { notice, .. } => EndReason::Error(notice),
                 _ => EndReason::ClientClosed,
@@ -251,16 +260,10 @@ fn killed() -> EndReason {
     EndReason::Error(killed_notice())
 }
 
-/// Return a clean server, after the reset query when one applies; a failing reset closes it.
-async fn give_back(pool: &Arc<Pool>, mut server: PooledServer, reset: &[&str], max_packet: usize) {
-    for q in reset {
-        if let Err(e) = query::run_simple(&mut server, q, max_packet).await {
-            tracing::warn!("S-{}: server_reset_query failed, closing: {e}", server.id);
-            drop(server);
-            return;
-        }
-    }
-    pool.release(server, true);
+/// Return a clean server, after the reset queries when they apply (the pool counts it as
+/// sv_tested meanwhile); a failing reset closes it.
+async fn give_back(pool: &Arc<Pool>, server: PooledServer, reset: &[&str]) {
+    pool.reset_and_release(server, reset).await;
 }
 
 /// Wait, unlinked, until the client buffer holds the header of a request.
@@ -270,6 +273,7 @@ async fn wait_for_request(
     idle_limit: Option<Duration>,
     phase: &mut watch::Receiver<Phase>,
     kill: &CancellationToken,
+    stats: &PoolStats,
 ) -> Idle {
     let deadline = idle_limit.map(|d| tokio::time::Instant::now() + d);
     loop {
@@ -291,7 +295,7 @@ async fn wait_for_request(
         tokio::select! {
             r = client.stream.read_buf(&mut client.rbuf) => match r {
                 Ok(0) | Err(_) => return Idle::Closed,
-                Ok(_) => {}
+                Ok(n) => PoolStats::add(&stats.bytes_received, n as u64),
             },
             _ = sleep => return Idle::Timeout,
             _ = kill.cancelled() => return Idle::Killed,

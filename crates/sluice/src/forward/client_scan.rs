@@ -15,6 +15,7 @@ use crate::prepared::Statement;
 use crate::session_state::policy::FEATURE_NOT_SUPPORTED;
 use crate::session_state::tracker::Verdict;
 use crate::session_state::LexOptions;
+use crate::stats::PoolStats;
 use std::sync::Arc;
 
 const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
@@ -194,12 +195,19 @@ impl Relay<'_> {
                 self.open_copy_window();
                 Expect::Execute
             }
-            frontend_tag::PARSE => Expect::Parse {
-                action: Action::Forward,
-                client_name: None,
-                cached: None,
-            },
-            frontend_tag::BIND => Expect::Bind,
+            frontend_tag::PARSE => {
+                PoolStats::add(&self.stats.client_parse_count, 1);
+                PoolStats::add(&self.stats.server_parse_count, 1);
+                Expect::Parse {
+                    action: Action::Forward,
+                    client_name: None,
+                    cached: None,
+                }
+            }
+            frontend_tag::BIND => {
+                PoolStats::add(&self.stats.bind_count, 1);
+                Expect::Bind
+            }
             frontend_tag::DESCRIBE => Expect::Describe,
             frontend_tag::CLOSE => Expect::Close {
                 action: Action::Forward,
@@ -280,6 +288,7 @@ impl Relay<'_> {
                 }
                 let name = view.name.to_string();
                 let stmt = prep.registry.intern(view.query, &view.param_types);
+                PoolStats::add(&self.stats.client_parse_count, 1);
                 self.client.rbuf.advance(total);
                 self.unsynced = true;
                 self.mark_query_start();
@@ -388,6 +397,7 @@ impl Relay<'_> {
         self.c.remaining = total - head_len;
         self.unsynced = true;
         self.mark_query_start();
+        PoolStats::add(&self.stats.bind_count, 1);
         self.push(Expect::Bind);
         Ok(Step::Consumed)
     }
@@ -424,6 +434,7 @@ impl Relay<'_> {
             });
         }
         self.c_inject.extend_from_slice(&stmt.parse_message);
+        PoolStats::add(&self.stats.server_parse_count, 1);
         let action = if client_name.is_some() {
             Action::Forward
         } else {

@@ -378,6 +378,37 @@ impl Pool {
         }
     }
 
+    /// Run pooler queries (server_reset_query, session cleanup) on a server while it counts as
+    /// sv_tested, then return it; a failing query closes it instead.
+    pub async fn reset_and_release(self: &Arc<Self>, mut server: PooledServer, queries: &[&str]) {
+        if !queries.is_empty() {
+            let max = self.settings().connect.max_packet_size;
+            self.servers_book.set_state(server.id, ServerState::Tested);
+            self.state.lock().testing += 1;
+            let mut result = Ok(());
+            for q in queries {
+                result = query::run_simple(&mut server, q, max).await;
+                if result.is_err() {
+                    break;
+                }
+            }
+            {
+                let mut st = self.state.lock();
+                st.testing = st.testing.saturating_sub(1);
+            }
+            self.servers_book.set_state(server.id, ServerState::Active);
+            if let Err(e) = result {
+                tracing::warn!(
+                    "S-{}: {} server reset failed, closing: {e}",
+                    server.id,
+                    self.key
+                );
+                return;
+            }
+        }
+        self.release(server, true);
+    }
+
     /// Run server_check_query on a server that idled past server_check_delay. None = it failed and
     /// was closed.
     async fn prepare_for_use(
