@@ -228,3 +228,57 @@ async fn with_pinning_disabled_session_state_is_refused() {
     a.batch_execute("SET work_mem = '5MB'").await.unwrap();
     assert_eq!(value(&a, "SHOW work_mem").await, "5MB");
 }
+
+#[tokio::test]
+async fn max_pinned_clients_limits_pins_and_metrics_count_them() {
+    let port = sluice_e2e::free_port();
+    let s = start(&format!(
+        "default_pool_size = 3\n\n[sluice]\nmax_pinned_clients = 1\nmetrics_listen_addr = 127.0.0.1:{port}"
+    ));
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute("SELECT pg_advisory_lock(616161)")
+        .await
+        .unwrap();
+    let err = b
+        .batch_execute("LISTEN over_limit")
+        .await
+        .expect_err("second pin refused");
+    assert_eq!(err.as_db_error().unwrap().code().code(), "0A000");
+    assert!(metrics(port)
+        .await
+        .contains("sluice_pool_pinned_clients{database=\"app\",user=\"trust_user\"} 1"));
+    a.batch_execute("SELECT pg_advisory_unlock(616161)")
+        .await
+        .unwrap();
+    b.batch_execute("LISTEN over_limit")
+        .await
+        .expect("room again after A unpinned");
+    b.batch_execute("UNLISTEN *").await.unwrap();
+    // The pin is re-checked right after UNLISTEN's reply reached the client.
+    let mut unpinned = false;
+    for _ in 0..20 {
+        if metrics(port)
+            .await
+            .contains("sluice_pool_pinned_clients{database=\"app\",user=\"trust_user\"} 0")
+        {
+            unpinned = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(unpinned, "no client pinned after UNLISTEN *");
+}
+
+async fn metrics(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}

@@ -31,12 +31,22 @@ pub struct Session {
     pub statements: ClientStatements,
     /// Session state the client created (tracked parameters, pins), transaction/statement mode.
     pub tracker: SessionTracker,
+    /// This client is counted in its pool's pinned clients.
+    pub counted_pinned: bool,
     pub cancel: CancelHandle,
     /// Leaves the pool's client count on drop.
     _member: PoolMember,
 }
 
 struct PoolMember(Arc<Pool>);
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.counted_pinned {
+            self.pool.pin_changed(false);
+        }
+    }
+}
 
 impl Drop for PoolMember {
     fn drop(&mut self) {
@@ -166,6 +176,7 @@ pub async fn login(
         params,
         statements: ClientStatements::default(),
         tracker: SessionTracker::default(),
+        counted_pinned: false,
         cancel,
         _member: member,
     })

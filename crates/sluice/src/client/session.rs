@@ -98,6 +98,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
         s.cancel.slot.link(&server.addr, server.backend_key);
         let end = loop {
             let end = relay_once(app, client, &mut s, &mut server, &settings).await;
+            sync_pin_count(&mut s);
             if !matches!(end, RelayEnd::PinCheck) {
                 break end;
             }
@@ -110,6 +111,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
             match check {
                 Ok(Some(n)) if n == "0" => {
                     s.tracker.unpin();
+                    sync_pin_count(&mut s);
                     break RelayEnd::Released;
                 }
                 Ok(_) => continue,
@@ -118,6 +120,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
         };
         s.cancel.slot.unlink();
         s.entry.server_id.store(0, Ordering::Relaxed);
+        sync_pin_count(&mut s);
         if s.tracker.take_touched() || s.tracker.has_tracked() {
             server.gucs_owner = client.id;
             server.gucs_dirty = true;
@@ -125,6 +128,15 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
         if let Some(reason) = finish(&s, server, end, &settings).await {
             return reason;
         }
+    }
+}
+
+/// Keep the pool's count of pinned clients in step with this client's tracker.
+fn sync_pin_count(s: &mut Session) {
+    let pinned = s.tracker.pinned().is_some();
+    if pinned != s.counted_pinned {
+        s.pool.pin_changed(pinned);
+        s.counted_pinned = pinned;
     }
 }
 
@@ -180,7 +192,12 @@ async fn relay_once(
         client: &mut s.statements,
         max_per_server: max_prepared,
     });
-    let tracking = pooled.then_some((&mut s.tracker, app.may_pin_session_state()));
+    let may_pin = app.may_pin_session_state()
+        && (s.tracker.pinned().is_some() || {
+            let max = app.config().sluice.max_pinned_clients as usize;
+            max == 0 || s.pool.pinned_clients() < max
+        });
+    let tracking = pooled.then_some((&mut s.tracker, may_pin));
     let relay = Relay::new(
         client,
         server,

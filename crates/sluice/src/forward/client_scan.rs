@@ -159,10 +159,17 @@ impl Relay<'_> {
             &format!(
                 "{} is not supported in {} pooling mode",
                 feature.describe(),
-                if self.mode == PoolMode::Statement { "statement" } else { "transaction" }
+                if self.mode == PoolMode::Statement {
+                    "statement"
+                } else {
+                    "transaction"
+                }
             ),
             None,
-            Some("Use a session-mode pool for this client, or set pin_session_state = 1 in [sluice]."),
+            Some(
+                "Use a session-mode pool for this client, or let session state pin clients: \
+                 pin_session_state = 1 and max_pinned_clients in [sluice].",
+            ),
             &mut self.s_inject,
         );
         encode_ready_for_query(self.server.status, &mut self.s_inject);

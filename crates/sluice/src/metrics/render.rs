@@ -176,6 +176,25 @@ fn pools(out: &mut Out, app: &App) {
         }
     }
     out.family(
+        "sluice_pool_pinned_clients",
+        "gauge",
+        "Clients that session state (advisory locks, LISTEN, temp tables...) keeps on their server.",
+    );
+    for r in &rows {
+        let pinned = app
+            .pools
+            .get(&crate::pool::PoolKey {
+                database: r.database.clone(),
+                user: r.user.clone(),
+            })
+            .map_or(0, |p| p.pinned_clients());
+        out.sample(
+            "sluice_pool_pinned_clients",
+            &[("database", &r.database), ("user", &r.user)],
+            pinned as f64,
+        );
+    }
+    out.family(
         "sluice_pool_servers",
         "gauge",
         "Server connections of a pool by state (SHOW POOLS sv_*).",

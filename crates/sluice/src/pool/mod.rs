@@ -107,6 +107,8 @@ pub struct PoolCounts {
 
 pub struct Pool {
     pub key: PoolKey,
+    /// Clients whose session state pins them to their server (transaction/statement mode).
+    pinned: std::sync::atomic::AtomicUsize,
     settings: ArcSwap<PoolSettings>,
     state: Mutex<PoolState>,
     servers: Arc<ConnCounter>,
@@ -133,6 +135,7 @@ impl Pool {
     ) -> Arc<Self> {
         Arc::new(Pool {
             key,
+            pinned: std::sync::atomic::AtomicUsize::new(0),
             settings: ArcSwap::from_pointee(settings),
             state: Mutex::new(PoolState::default()),
             servers: ConnCounter::new(),
@@ -229,6 +232,23 @@ impl Pool {
         let idle: Vec<ServerConn> = self.state.lock().idle.drain(..).collect();
         drop(idle);
         self.kick();
+    }
+
+    /// Clients currently pinned to their server by session state.
+    pub fn pinned_clients(&self) -> usize {
+        self.pinned.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A client became pinned (`true`) or unpinned (`false`).
+    pub fn pin_changed(&self, pinned: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if pinned {
+            self.pinned.fetch_add(1, Relaxed);
+        } else {
+            let _ = self
+                .pinned
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+        }
     }
 
     pub fn client_joined(&self) {
