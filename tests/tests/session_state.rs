@@ -282,3 +282,33 @@ async fn metrics(port: u16) -> String {
     s.read_to_string(&mut out).await.unwrap();
     out
 }
+
+#[tokio::test]
+async fn hold_cursors_and_sql_prepare_stay_with_their_client() {
+    let s = start("default_pool_size = 2");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute(
+        "BEGIN; DECLARE held CURSOR WITH HOLD FOR SELECT g FROM generate_series(1, 3) g; COMMIT",
+    )
+    .await
+    .unwrap();
+    a.batch_execute("PREPARE answer AS SELECT 42")
+        .await
+        .unwrap();
+    for expected in ["1", "2"] {
+        assert_eq!(value(&a, "FETCH held").await, expected);
+        assert_eq!(value(&a, "EXECUTE answer").await, "42");
+        assert!(
+            b.simple_query("FETCH held").await.is_err(),
+            "B has no such cursor"
+        );
+        assert!(
+            b.simple_query("EXECUTE answer").await.is_err(),
+            "B has no such statement"
+        );
+    }
+    a.batch_execute("CLOSE held; DEALLOCATE answer")
+        .await
+        .unwrap();
+}
