@@ -1,7 +1,8 @@
 //! The built-in HTTP endpoint: `/metrics` checked with the Prometheus project's own text parser
 //! (Go, github.com/prometheus/common/expfmt, built from tests/go/promcheck) and against a known
 //! workload; `/health` readiness; and the real prometheus-community pgbouncer_exporter scraping
-//! Sluice's console unmodified. Go modules come from the Go module proxy; when `go` or the proxy is
+//! Sluice's console unmodified (its module is refused by the proxy, so tests/go/exportercheck stands
+//! in: the exporter's queries and conversions over lib/pq). Go modules come from the Go module proxy; when `go` or the proxy is
 //! unavailable those checks print a SKIPPED line saying why.
 
 use std::path::{Path, PathBuf};
@@ -18,7 +19,10 @@ fn start() -> (Sluice, u16) {
     let pg = PgCluster::get();
     let mport = free_port();
     let ini = Sluice::basic_ini(
-        "auth_type = plain\nadmin_users = admin\npool_mode = transaction\ndefault_pool_size = 2\n",
+        // lib/pq (hence pgbouncer_exporter) sends extra_float_digits; the exporter's README has
+        // PgBouncer users ignore it, as here.
+        "auth_type = plain\nadmin_users = admin\npool_mode = transaction\ndefault_pool_size = 2\n\
+         ignore_startup_parameters = extra_float_digits\n",
         &format!(
             "app = host=127.0.0.1 port={} dbname=app user=trust_user",
             pg.port
@@ -367,4 +371,174 @@ async fn pgbouncer_exporter_scrapes_sluice() {
         "{text}"
     );
     assert!(text.contains("pgbouncer_version_info{"), "{text}");
+}
+
+/// Build tests/go/exportercheck. None (with the reason printed) only when `go` is missing or the Go
+/// module proxy cannot serve its modules; a compile error fails the test.
+fn exportercheck() -> Option<PathBuf> {
+    if !go_available() {
+        eprintln!("SKIPPED pgbouncer_exporter query check: `go` is not installed");
+        return None;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("go/exportercheck");
+    if let Err(e) = run_go(&["mod", "download"], &dir, None, Duration::from_secs(300)) {
+        eprintln!(
+            "SKIPPED pgbouncer_exporter query check: cannot fetch github.com/lib/pq from the Go module proxy: {}",
+            e.trim()
+        );
+        return None;
+    }
+    let out = target_dir().join("go-bin/exportercheck");
+    if let Err(e) = run_go(
+        &["build", "-o", out.to_str()?, "."],
+        &dir,
+        None,
+        Duration::from_secs(300),
+    ) {
+        panic!("tests/go/exportercheck does not build: {e}");
+    }
+    Some(out)
+}
+
+/// The `row <show> k=v ...` line of exportercheck's output whose fields include all of `keys`.
+fn exporter_row(
+    out: &str,
+    show: &str,
+    keys: &[(&str, &str)],
+) -> std::collections::HashMap<String, String> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(&format!("row {show} ")))
+        .map(|l| {
+            l.split(' ')
+                .filter_map(|f| f.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::HashMap<_, _>>()
+        })
+        .find(|r| {
+            keys.iter()
+                .all(|(k, v)| r.get(*k).map(String::as_str) == Some(*v))
+        })
+        .unwrap_or_else(|| panic!("no `row {show}` with {keys:?} in:\n{out}"))
+}
+
+fn num(row: &std::collections::HashMap<String, String>, col: &str) -> f64 {
+    row.get(col)
+        .unwrap_or_else(|| panic!("no {col} in {row:?}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{col} in {row:?}: {e}"))
+}
+
+/// Stand-in for the real exporter (its module is not served by the proxy): tests/go/exportercheck
+/// runs the exporter's queries with lib/pq over the simple query protocol and converts the values
+/// exactly as the exporter does; then the figures for the live pool are checked against the workload.
+#[tokio::test]
+async fn pgbouncer_exporter_queries_against_console() {
+    let Some(bin) = tokio::task::spawn_blocking(exportercheck).await.unwrap() else {
+        return;
+    };
+    let pg = PgCluster::get();
+    let ini = Sluice::basic_ini(
+        "auth_type = plain\nadmin_users = admin\npool_mode = transaction\ndefault_pool_size = 2\n\
+         max_client_conn = 77\nmax_user_connections = 9\n\
+         ignore_startup_parameters = extra_float_digits\n",
+        &format!(
+            "app = host=127.0.0.1 port={} dbname=app user=trust_user",
+            pg.port
+        ),
+    );
+    let s = Sluice::builder(&ini).userlist(USERLIST).start();
+    let a = s.connect("app", "apppw", "app").await.unwrap();
+    let b = s.connect("app", "apppw", "app").await.unwrap();
+    const N: usize = 15;
+    for _ in 0..N {
+        a.batch_execute("BEGIN; SELECT 1; COMMIT").await.unwrap();
+        b.batch_execute("BEGIN; SELECT 1; COMMIT").await.unwrap();
+    }
+    let conn = format!(
+        "host=127.0.0.1 port={} user=admin password=adminpw dbname=pgbouncer sslmode=disable",
+        s.port
+    );
+    let out = tokio::task::spawn_blocking(move || Command::new(bin).arg(conn).output())
+        .await
+        .unwrap()
+        .expect("run exportercheck");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{text}");
+    assert!(
+        out.status.success() && text.lines().last() == Some("PASS"),
+        "exportercheck failed ({}):\n{text}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("\nFAIL "), "{text}");
+
+    // SHOW STATS for the workload's database.
+    let st = exporter_row(&text, "stats", &[("database", "app")]);
+    assert_eq!(num(&st, "total_xact_count"), (2 * N) as f64, "{st:?}");
+    assert_eq!(num(&st, "total_query_count"), (2 * N) as f64, "{st:?}");
+    for c in [
+        "total_received",
+        "total_sent",
+        "total_xact_time",
+        "total_query_time",
+        "total_server_assignment_count",
+    ] {
+        assert!(num(&st, c) > 0.0, "{c} in {st:?}");
+    }
+    assert!(num(&st, "total_wait_time") >= 0.0, "{st:?}");
+    assert!(
+        num(&st, "total_xact_time") >= num(&st, "total_query_time") * 0.5,
+        "{st:?}"
+    );
+
+    // SHOW POOLS: two connected clients, idle in transaction mode, at most pool_size servers.
+    let p = exporter_row(
+        &text,
+        "pools",
+        &[("database", "app"), ("user", "trust_user")],
+    );
+    assert_eq!(num(&p, "cl_active"), 2.0, "{p:?}");
+    assert_eq!(num(&p, "cl_waiting"), 0.0, "{p:?}");
+    assert_eq!(num(&p, "sv_active"), 0.0, "{p:?}");
+    let servers = ["sv_idle", "sv_used", "sv_tested", "sv_login"]
+        .iter()
+        .map(|c| num(&p, c))
+        .sum::<f64>();
+    assert!(num(&p, "sv_idle") >= 1.0, "{p:?}");
+    assert!(servers <= 2.0, "more servers than pool_size: {p:?}");
+    assert_eq!(num(&p, "maxwait"), 0.0, "{p:?}");
+    assert_eq!(num(&p, "maxwait_us"), 0.0, "{p:?}");
+    assert_eq!(p.get("pool_mode"), None, "pool_mode is not a pools label");
+
+    // SHOW DATABASES for `app`.
+    let port = pg.port.to_string();
+    let d = exporter_row(&text, "databases", &[("name", "app")]);
+    assert_eq!(
+        d.get("host").map(String::as_str),
+        Some("127.0.0.1"),
+        "{d:?}"
+    );
+    assert_eq!(d.get("port"), Some(&port), "{d:?}");
+    assert_eq!(d.get("database").map(String::as_str), Some("app"), "{d:?}");
+    // NULL (no per-database pool_mode), which the exporter turns into an empty label, as with PgBouncer.
+    assert_eq!(d.get("pool_mode").map(String::as_str), Some(""), "{d:?}");
+    assert_eq!(num(&d, "pool_size"), 2.0, "{d:?}");
+    assert_eq!(num(&d, "current_connections"), servers, "{d:?} vs {p:?}");
+    assert_eq!(num(&d, "paused"), 0.0, "{d:?}");
+    assert_eq!(num(&d, "disabled"), 0.0, "{d:?}");
+
+    // SHOW LISTS, SHOW CONFIG, SHOW VERSION.
+    let l = exporter_row(&text, "lists", &[]);
+    assert!(num(&l, "databases") >= 1.0, "{l:?}");
+    assert!(num(&l, "pools") >= 1.0, "{l:?}");
+    assert!(
+        num(&l, "used_clients") >= 3.0,
+        "two app clients and the console: {l:?}"
+    );
+    let c = exporter_row(&text, "config", &[]);
+    assert_eq!(num(&c, "max_client_conn"), 77.0, "{c:?}");
+    assert_eq!(num(&c, "max_user_connections"), 9.0, "{c:?}");
+    let v = exporter_row(&text, "version", &[]);
+    assert!(!v["version"].is_empty(), "{v:?}");
+    drop((a, b));
 }
