@@ -294,6 +294,11 @@ async fn every_show_has_the_reference_columns_and_types() {
             assert_eq!(row.len(), r.columns.len(), "SHOW {what} row width");
         }
     }
+    // SHOW USERS lists auth_file users too ("app" logs in but pools as the forced trust_user).
+    let users = show(&mut c, "users").await;
+    for name in ["app", "watcher", "admin", "trust_user", "pgbouncer"] {
+        assert!(users.get(name, "name").is_some(), "SHOW USERS lists {name}");
+    }
     // SELECT x is SHOW x; figures are sane for the live pool and this console.
     let pools = c.query("select pools;").await.unwrap();
     let (db, user) = (pools.col("database"), pools.col("user"));

@@ -76,6 +76,11 @@ impl Credentials {
         self.users.load().len()
     }
 
+    /// User names in the auth file (SHOW USERS lists them like PgBouncer does).
+    pub fn names(&self) -> Vec<String> {
+        self.users.load().keys().cloned().collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -266,6 +266,7 @@ pub fn databases(app: &Arc<App>) -> ResultSet {
 /// Users Sluice has objects for: [users] entries, pool users, console users.
 fn user_names(app: &App, cfg: &Config) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = cfg.users.iter().map(|u| u.name.clone()).collect();
+    names.extend(app.credentials.names());
     names.extend(app.pools.all().iter().map(|p| p.key.user.clone()));
     names.extend(cfg.settings.admin_users.iter().cloned());
     names.extend(cfg.settings.stats_users.iter().cloned());
