@@ -251,23 +251,29 @@ async fn max_pinned_clients_limits_pins_and_metrics_count_them() {
     a.batch_execute("SELECT pg_advisory_unlock(616161)")
         .await
         .unwrap();
+    // The pin is re-checked right after the unlock's reply reached the client.
+    assert!(wait_unpinned(port).await, "A unpinned after its unlock");
     b.batch_execute("LISTEN over_limit")
         .await
         .expect("room again after A unpinned");
     b.batch_execute("UNLISTEN *").await.unwrap();
-    // The pin is re-checked right after UNLISTEN's reply reached the client.
-    let mut unpinned = false;
-    for _ in 0..20 {
+    assert!(
+        wait_unpinned(port).await,
+        "no client pinned after UNLISTEN *"
+    );
+}
+
+async fn wait_unpinned(port: u16) -> bool {
+    for _ in 0..40 {
         if metrics(port)
             .await
             .contains("sluice_pool_pinned_clients{database=\"app\",user=\"trust_user\"} 0")
         {
-            unpinned = true;
-            break;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(unpinned, "no client pinned after UNLISTEN *");
+    false
 }
 
 async fn metrics(port: u16) -> String {
