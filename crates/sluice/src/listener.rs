@@ -47,6 +47,23 @@ impl Listeners {
 /// Bind everything the config asks for. Must run inside a tokio runtime.
 pub fn bind(cfg: &Config) -> Result<Listeners, BindError> {
     let s = &cfg.settings;
+    // The HTTP endpoint first: once the client port accepts, /health answers too.
+    let metrics = match cfg.sluice.metrics_listen_addr.as_deref().map(str::trim) {
+        Some(a) if !a.is_empty() => {
+            let addr = a
+                .to_socket_addrs()
+                .ok()
+                .and_then(|mut it| it.next())
+                .ok_or_else(|| BindError::Resolve(a.to_string()))?;
+            Some(
+                bind_tcp(addr, s.listen_backlog, false).map_err(|e| BindError::Tcp {
+                    addr: addr.to_string(),
+                    source: e,
+                })?,
+            )
+        }
+        _ => None,
+    };
     let mut tcp = Vec::new();
     if let Some(addrs) = s.listen_addr.as_deref().filter(|a| !a.trim().is_empty()) {
         for a in addrs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
@@ -84,22 +101,6 @@ pub fn bind(cfg: &Config) -> Result<Listeners, BindError> {
             s.listen_port,
             s.unix_socket_mode.0,
         )?)
-    };
-    let metrics = match cfg.sluice.metrics_listen_addr.as_deref().map(str::trim) {
-        Some(a) if !a.is_empty() => {
-            let addr = a
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut it| it.next())
-                .ok_or_else(|| BindError::Resolve(a.to_string()))?;
-            Some(
-                bind_tcp(addr, s.listen_backlog, false).map_err(|e| BindError::Tcp {
-                    addr: addr.to_string(),
-                    source: e,
-                })?,
-            )
-        }
-        _ => None,
     };
     Ok(Listeners { tcp, unix, metrics })
 }
