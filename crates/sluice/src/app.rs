@@ -110,12 +110,6 @@ impl App {
         }
     }
 
-    /// May session state (advisory locks, LISTEN, temp tables...) pin a client to its server in
-    /// transaction mode? Otherwise such statements are refused with 0A000.
-    pub fn may_pin_session_state(&self) -> bool {
-        self.config().sluice.pin_session_state
-    }
-
     /// RELOAD / SIGHUP: re-read the config and auth file; on error keep the old ones. Pools get new
     /// settings; databases whose login changed get their servers replaced; removed ones are closed.
     pub fn reload(&self) -> Result<(), ConfigError> {

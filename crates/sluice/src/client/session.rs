@@ -186,17 +186,20 @@ async fn relay_once(
         client_idle_timeout: settings.client_idle_timeout,
     };
     let pooled = settings.mode != PoolMode::Session;
-    let max_prepared = app.config().settings.max_prepared_statements as usize;
+    // One config snapshot per relay run (this runs once per transaction in transaction mode).
+    let cfg = app.config();
+    let max_prepared = cfg.settings.max_prepared_statements as usize;
     let prepared = (pooled && max_prepared > 0).then(|| Prepared {
         registry: &app.statements,
         client: &mut s.statements,
         max_per_server: max_prepared,
     });
-    let may_pin = app.may_pin_session_state()
-        && (s.tracker.pinned().is_some() || {
-            let max = app.config().sluice.max_pinned_clients as usize;
-            max == 0 || s.pool.pinned_clients() < max
-        });
+    // Session state may pin this client unless pinning is off or the pool's pins are used up.
+    let max_pinned = cfg.sluice.max_pinned_clients as usize;
+    let may_pin = cfg.sluice.pin_session_state
+        && (s.tracker.pinned().is_some()
+            || max_pinned == 0
+            || s.pool.pinned_clients() < max_pinned);
     let tracking = pooled.then_some((&mut s.tracker, may_pin));
     let relay = Relay::new(
         client,
