@@ -14,7 +14,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 use crate::server::ServerAddr;
 
-type Target = (ServerAddr, CancelKey);
+type Target = (Arc<ServerAddr>, CancelKey);
 
 /// Where a client's cancel goes right now (None while it is not linked to a server).
 #[derive(Debug, Default)]
@@ -23,7 +23,7 @@ pub struct CancelSlot {
 }
 
 impl CancelSlot {
-    pub fn link(&self, addr: &ServerAddr, key: CancelKey) {
+    pub fn link(&self, addr: &Arc<ServerAddr>, key: CancelKey) {
         *self.target.lock() = Some((addr.clone(), key));
     }
 
@@ -131,10 +131,10 @@ mod tests {
         let h = reg.register();
         assert_eq!(h.key.to_bytes()[0] & 0x80, 0);
         assert_eq!(reg.lookup(&h.key), None, "not linked yet");
-        let addr = ServerAddr::Tcp {
+        let addr = Arc::new(ServerAddr::Tcp {
             host: "127.0.0.1".into(),
             port: 5432,
-        };
+        });
         let server_key = CancelKey { pid: 42, secret: 7 };
         h.slot.link(&addr, server_key);
         assert_eq!(reg.lookup(&h.key), Some((addr, server_key)));

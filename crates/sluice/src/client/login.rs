@@ -15,6 +15,7 @@ use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::cancel::CancelHandle;
 use crate::error::{sqlstate, ClientNotice};
+use crate::forward::RelayScratch;
 use crate::pool::{resolve, Pool, PoolKey};
 use crate::prepared::ClientStatements;
 use crate::server::params::ParamMap;
@@ -34,6 +35,8 @@ pub struct Session {
     /// This client is counted in its pool's pinned clients.
     pub counted_pinned: bool,
     pub cancel: CancelHandle,
+    /// Buffers the relay reuses from one transaction to the next.
+    pub relay_scratch: RelayScratch,
     /// Leaves the pool's client count on drop.
     _member: PoolMember,
 }
@@ -178,6 +181,7 @@ pub async fn login(
         tracker: SessionTracker::default(),
         counted_pinned: false,
         cancel,
+        relay_scratch: RelayScratch::default(),
         _member: member,
     })
 }

@@ -2,6 +2,7 @@
 //! the session loop. One file per phase; this file wires them and owns the disconnect logging.
 
 pub mod auth;
+pub mod kill;
 pub mod login;
 pub mod registry;
 pub mod session;
@@ -157,7 +158,8 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
 
 /// Where a login leads: a pool, or the admin console.
 enum LoggedIn {
-    Pool(login::Session),
+    /// Boxed: it lives as long as the client and is much larger than the admin variant.
+    Pool(Box<login::Session>),
     Admin(startup::StartupInfo, crate::admin::Access),
 }
 
@@ -189,7 +191,7 @@ async fn run(
         }
         login::login(app, client, info, entry.clone())
             .await
-            .map(LoggedIn::Pool)
+            .map(|s| LoggedIn::Pool(Box::new(s)))
     };
     let session = match login_timeout {
         Some(t) => match tokio::time::timeout(t, login).await {
@@ -204,7 +206,7 @@ async fn run(
                 .stats
                 .login_time
                 .observe_us(accepted.elapsed().as_micros() as u64);
-            session::run(app, client, s).await
+            session::run(app, client, *s).await
         }
         Ok(LoggedIn::Admin(info, access)) => {
             crate::admin::session::run(app, client, &info, access, entry).await

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
+use super::kill::KillSwitch;
 use parking_lot::Mutex;
-use tokio_util::sync::CancellationToken;
 
 use crate::net::PeerAddr;
 
@@ -58,7 +58,7 @@ pub struct ClientEntry {
     /// Id of the linked server, 0 when unlinked.
     pub server_id: AtomicU64,
     /// Cancelled to make the client disconnect ("admin forced disconnect").
-    pub kill: CancellationToken,
+    pub kill: KillSwitch,
     /// Our end of a TCP connection.
     pub local_addr: OnceLock<SocketAddr>,
     pub application_name: OnceLock<String>,
@@ -108,7 +108,7 @@ impl ClientRegistry {
             identity: OnceLock::new(),
             state: AtomicU8::new(ClientState::Login as u8),
             server_id: AtomicU64::new(0),
-            kill: CancellationToken::new(),
+            kill: KillSwitch::new(),
             local_addr: OnceLock::new(),
             application_name: OnceLock::new(),
             request_us: AtomicU64::new(0),

@@ -6,12 +6,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::kill::KillSwitch;
 use bytes::BytesMut;
 use sluice_config::PoolMode;
 use sluice_protocol::{frontend_tag, peek_header};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use super::login::Session;
 use super::registry::ClientState;
@@ -212,6 +212,7 @@ async fn relay_once(
         settings.mode,
         settings.connect.max_packet_size,
         timeouts,
+        &mut s.relay_scratch,
     );
     // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
     tokio::select! {
@@ -292,7 +293,7 @@ async fn wait_for_request(
     max_packet: usize,
     idle_limit: Option<Duration>,
     phase: &mut watch::Receiver<Phase>,
-    kill: &CancellationToken,
+    kill: &KillSwitch,
     stats: &PoolStats,
 ) -> Idle {
     let deadline = idle_limit.map(|d| tokio::time::Instant::now() + d);

@@ -91,7 +91,7 @@ fn handle_cancel(app: &Arc<App>, key: sluice_protocol::CancelKey) {
     };
     let limit = app.config().settings.cancel_wait_timeout.as_duration();
     tokio::spawn(async move {
-        if let Err(e) = cancel::forward(addr.clone(), server_key, limit).await {
+        if let Err(e) = cancel::forward((*addr).clone(), server_key, limit).await {
             tracing::warn!("cancel request to {addr} failed: {e}");
         }
     });

@@ -78,6 +78,15 @@ pub struct Prepared<'a> {
     pub max_per_server: usize,
 }
 
+/// Buffers a relay needs only sometimes, kept by the client session between relays so that a
+/// transaction does not allocate them afresh (the relay runs once per transaction).
+#[derive(Default)]
+pub struct RelayScratch {
+    c_inject: BytesMut,
+    s_inject: BytesMut,
+    expect: VecDeque<Expect>,
+}
+
 /// Per-direction scan position: `ready` bytes at the front of the buffer are inspected and may be
 /// written; `remaining` bytes of a message being streamed through have not arrived yet; `need` is
 /// how many bytes the scanner waits for to inspect a message whole (lifts the read cap).
@@ -129,7 +138,25 @@ pub struct Relay<'a> {
     xact_started: Option<Instant>,
     last_activity: Instant,
     deadline: Option<Instant>,
-    sleep: Pin<Box<Sleep>>,
+    /// Created the first time a deadline applies: most relays (no timeouts set, or a transaction
+    /// that finishes at once) never need a timer.
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// An idle timeout applies, so reads must note when the client was last active.
+    track_activity: bool,
+    /// Where the reusable buffers go back when the relay ends.
+    scratch: &'a mut RelayScratch,
+}
+
+impl Drop for Relay<'_> {
+    fn drop(&mut self) {
+        // Whatever is left unsent is discarded with the relay (the server is then not clean).
+        self.c_inject.clear();
+        self.s_inject.clear();
+        self.expect.clear();
+        std::mem::swap(&mut self.scratch.c_inject, &mut self.c_inject);
+        std::mem::swap(&mut self.scratch.s_inject, &mut self.s_inject);
+        std::mem::swap(&mut self.scratch.expect, &mut self.expect);
+    }
 }
 
 impl<'a> Relay<'a> {
@@ -145,6 +172,7 @@ impl<'a> Relay<'a> {
         mode: PoolMode,
         max_packet: usize,
         timeouts: RelayTimeouts,
+        scratch: &'a mut RelayScratch,
     ) -> Self {
         let (tracker, may_pin) = match tracking {
             Some((t, p)) => (Some(t), p),
@@ -167,9 +195,9 @@ impl<'a> Relay<'a> {
             timeouts,
             c: Scan::default(),
             s: Scan::default(),
-            c_inject: BytesMut::new(),
-            s_inject: BytesMut::new(),
-            expect: VecDeque::new(),
+            c_inject: std::mem::take(&mut scratch.c_inject),
+            s_inject: std::mem::take(&mut scratch.s_inject),
+            expect: std::mem::take(&mut scratch.expect),
             discard_until_sync: false,
             pending_rfq: 0,
             unsynced: false,
@@ -181,7 +209,10 @@ impl<'a> Relay<'a> {
             xact_started: (status != TransactionStatus::Idle).then_some(now),
             last_activity: now,
             deadline: None,
-            sleep: Box::pin(tokio::time::sleep_until(now + Duration::from_secs(86400))),
+            sleep: None,
+            track_activity: timeouts.idle_transaction_timeout.is_some()
+                || timeouts.client_idle_timeout.is_some(),
+            scratch,
         }
     }
 
@@ -270,7 +301,9 @@ impl<'a> Relay<'a> {
                     }
                     Poll::Ready(Ok(n)) => {
                         PoolStats::add(&self.stats.bytes_received, n as u64);
-                        self.last_activity = Instant::now();
+                        if self.track_activity {
+                            self.last_activity = Instant::now();
+                        }
                         if let Err(end) = self.scan_client() {
                             return Poll::Ready(end);
                         }
@@ -430,11 +463,14 @@ impl<'a> Relay<'a> {
         let Some((at, reason)) = self.current_deadline() else {
             return Poll::Pending;
         };
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
         if self.deadline != Some(at) {
             self.deadline = Some(at);
-            self.sleep.as_mut().reset(at);
+            sleep.as_mut().reset(at);
         }
-        match self.sleep.as_mut().poll(cx) {
+        match sleep.as_mut().poll(cx) {
             Poll::Ready(()) => {
                 let server_clean = reason == "client_idle_timeout" && self.server_clean();
                 let code = match reason {

@@ -45,9 +45,26 @@ impl Stream {
 
     /// Non-blocking check used before handing an idle server out: true means the socket is still
     /// quiet (no bytes, no EOF, no error), the only state in which a pooled server is reusable.
-    /// This asks the kernel (MSG_PEEK) instead of tokio's cached readiness, which may not have seen
-    /// a hang-up yet.
-    pub fn is_quiet(&self) -> bool {
+    ///
+    /// Hot path: tokio's readiness costs no system call. Our last read of this socket was short (a
+    /// ReadyForQuery), which cleared readiness, so "ready" now means the IO driver saw something
+    /// arrive since (a message, EOF, an error) and the kernel is asked to tell which. A socket that
+    /// sat idle for long is always asked (`ask_kernel`): the driver may not have turned since a
+    /// hang-up, and one MSG_PEEK per long-idle hand-out is cheap, whereas one per transaction is not.
+    pub fn is_quiet(&self, ask_kernel: bool) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let ready = match self {
+            Stream::Tcp(s) => s.poll_read_ready(&mut cx).is_ready(),
+            Stream::Unix(s) => s.poll_read_ready(&mut cx).is_ready(),
+        };
+        if !ready && !ask_kernel {
+            return true;
+        }
+        self.peek_quiet()
+    }
+
+    /// Ask the kernel (MSG_PEEK) whether the socket has nothing to read and no EOF or error.
+    fn peek_quiet(&self) -> bool {
         let fd = match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),

@@ -48,12 +48,16 @@ impl fmt::Display for PoolKey {
     }
 }
 
+/// An idle server parked at least this long is checked with the kernel (MSG_PEEK) before reuse;
+/// a busier one with tokio's readiness only (see `Stream::is_quiet`).
+const ASK_KERNEL_AFTER_IDLE: Duration = Duration::from_millis(500);
+
 type WaiterReply = Result<PooledServer, PoolError>;
 
 // Short-lived on the stack between the lock and the hand-out; boxing would allocate per checkout.
 #[allow(clippy::large_enum_variant)]
 enum Ticket {
-    Idle(ServerConn),
+    Idle(Box<ServerConn>),
     Queued(u64, oneshot::Receiver<WaiterReply>, Vec<ServerSlots>),
 }
 
@@ -70,7 +74,8 @@ struct LoginFailure {
 
 #[derive(Default)]
 struct PoolState {
-    idle: VecDeque<ServerConn>,
+    /// Boxed so that hand-outs and returns move a pointer, not the whole connection.
+    idle: VecDeque<Box<ServerConn>>,
     /// Servers handed out (linked to a client or being tested).
     active: usize,
     connecting: usize,
@@ -161,7 +166,7 @@ impl Pool {
         self.settings.store(Arc::new(new));
         if changed {
             *self.welcome.lock() = None;
-            let stale: Vec<ServerConn> = self.state.lock().idle.drain(..).collect();
+            let stale: Vec<Box<ServerConn>> = self.state.lock().idle.drain(..).collect();
             drop(stale);
         }
         self.kick();
@@ -229,7 +234,7 @@ impl Pool {
 
     /// Close every idle server (PAUSE, KILL, RECONNECT).
     pub fn close_idle(self: &Arc<Self>) {
-        let idle: Vec<ServerConn> = self.state.lock().idle.drain(..).collect();
+        let idle: Vec<Box<ServerConn>> = self.state.lock().idle.drain(..).collect();
         drop(idle);
         self.kick();
     }
@@ -325,7 +330,7 @@ impl Pool {
         if !st.paused {
             if let Some(conn) = self.take_idle(&mut st, settings) {
                 st.active += 1;
-                self.servers_book.set_state(conn.id, ServerState::Active);
+                conn.set_book_state(ServerState::Active);
                 return Ok(Ticket::Idle(conn));
             }
             if let Some(f) = &st.failure {
@@ -382,7 +387,7 @@ impl Pool {
     }
 
     /// Pop an idle server that may be used now; stale ones are dropped (closed) on the way.
-    fn take_idle(&self, st: &mut PoolState, settings: &PoolSettings) -> Option<ServerConn> {
+    fn take_idle(&self, st: &mut PoolState, settings: &PoolSettings) -> Option<Box<ServerConn>> {
         loop {
             let conn = if settings.round_robin {
                 st.idle.pop_front()
@@ -391,7 +396,9 @@ impl Pool {
             }?;
             if !self.close_needed(conn.id, conn.generation, settings)
                 && rules::reusable_on_release(conn.created.elapsed(), &settings.timeouts)
-                && conn.stream.is_quiet()
+                && conn
+                    .stream
+                    .is_quiet(conn.last_used.elapsed() >= ASK_KERNEL_AFTER_IDLE)
             {
                 return Some(conn);
             }
@@ -403,7 +410,7 @@ impl Pool {
     pub async fn reset_and_release(self: &Arc<Self>, mut server: PooledServer, queries: &[&str]) {
         if !queries.is_empty() {
             let max = self.settings().connect.max_packet_size;
-            self.servers_book.set_state(server.id, ServerState::Tested);
+            server.set_book_state(ServerState::Tested);
             self.state.lock().testing += 1;
             let mut result = Ok(());
             for q in queries {
@@ -416,7 +423,7 @@ impl Pool {
                 let mut st = self.state.lock();
                 st.testing = st.testing.saturating_sub(1);
             }
-            self.servers_book.set_state(server.id, ServerState::Active);
+            server.set_book_state(ServerState::Active);
             if let Err(e) = result {
                 tracing::warn!(
                     "S-{}: {} server reset failed, closing: {e}",
@@ -439,7 +446,7 @@ impl Pool {
         let idle_for = server.last_used.elapsed();
         if let Some(q) = &settings.check_query {
             if rules::needs_check(idle_for, settings.check_delay, true) {
-                self.servers_book.set_state(server.id, ServerState::Tested);
+                server.set_book_state(ServerState::Tested);
                 self.state.lock().testing += 1;
                 let checked =
                     query::run_simple(&mut server, q, settings.connect.max_packet_size).await;
@@ -447,7 +454,7 @@ impl Pool {
                     let mut st = self.state.lock();
                     st.testing = st.testing.saturating_sub(1);
                 }
-                self.servers_book.set_state(server.id, ServerState::Active);
+                server.set_book_state(ServerState::Active);
                 if let Err(e) = checked {
                     tracing::warn!(
                         "S-{}: {} server check failed, closing: {}",
@@ -485,12 +492,9 @@ impl Pool {
         if !st.paused {
             while let Some(w) = st.waiters.pop_front() {
                 st.active += 1;
-                let id = conn.id;
+                conn.set_book_state(ServerState::Active);
                 match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
-                    Ok(()) => {
-                        self.servers_book.set_state(id, ServerState::Active);
-                        return;
-                    }
+                    Ok(()) => return,
                     Err(back) => {
                         st.active -= 1;
                         conn = match back {
@@ -504,7 +508,7 @@ impl Pool {
                 }
             }
         }
-        self.servers_book.set_state(conn.id, ServerState::Idle);
+        conn.set_book_state(ServerState::Idle);
         st.idle.push_back(conn);
     }
 
@@ -540,12 +544,9 @@ impl Pool {
                     return;
                 };
                 st.active += 1;
-                let id = conn.id;
+                conn.set_book_state(ServerState::Active);
                 match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
-                    Ok(()) => {
-                        self.servers_book.set_state(id, ServerState::Active);
-                        break;
-                    }
+                    Ok(()) => break,
                     Err(back) => {
                         st.active -= 1;
                         match back.ok().and_then(|mut s| s.conn.take()) {
@@ -638,7 +639,8 @@ impl Pool {
             .connect(settings.target.clone(), keys, settings.connect)
             .await;
         match result {
-            Ok(mut conn) => {
+            Ok(conn) => {
+                let mut conn = Box::new(conn);
                 self.stats
                     .connect_time
                     .observe_us(started.elapsed().as_micros() as u64);
@@ -701,7 +703,7 @@ impl Pool {
     /// waiters and min_pool_size (this is also how a failed login is retried after server_login_retry).
     pub fn maintain(self: &Arc<Self>) {
         let settings = self.settings();
-        let closing: Vec<ServerConn> = {
+        let closing: Vec<Box<ServerConn>> = {
             let mut st = self.state.lock();
             let mut total = self.servers.current();
             let mut keep = VecDeque::with_capacity(st.idle.len());
@@ -747,12 +749,12 @@ impl Pool {
 
 /// A server checked out of a pool. Dropping it without `Pool::release` closes the connection.
 pub struct PooledServer {
-    conn: Option<ServerConn>,
+    conn: Option<Box<ServerConn>>,
     pool: Arc<Pool>,
 }
 
 impl PooledServer {
-    fn new(conn: ServerConn, pool: Arc<Pool>) -> Self {
+    fn new(conn: Box<ServerConn>, pool: Arc<Pool>) -> Self {
         PooledServer {
             conn: Some(conn),
             pool,
@@ -767,13 +769,17 @@ impl PooledServer {
 impl Deref for PooledServer {
     type Target = ServerConn;
     fn deref(&self) -> &ServerConn {
-        self.conn.as_ref().expect("PooledServer used after release")
+        self.conn
+            .as_deref()
+            .expect("PooledServer used after release")
     }
 }
 
 impl DerefMut for PooledServer {
     fn deref_mut(&mut self) -> &mut ServerConn {
-        self.conn.as_mut().expect("PooledServer used after release")
+        self.conn
+            .as_deref_mut()
+            .expect("PooledServer used after release")
     }
 }
 

@@ -82,14 +82,14 @@ impl ServerBook {
         let now = SystemTime::now();
         let rec = Arc::new(ServerRecord {
             id: conn.id,
-            addr: match &conn.addr {
+            addr: match &*conn.addr {
                 crate::server::ServerAddr::Tcp { host, .. } => host.clone(),
                 crate::server::ServerAddr::Unix { path } => path
                     .parent()
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
             },
-            peer_port: peer_port.or(match &conn.addr {
+            peer_port: peer_port.or(match &*conn.addr {
                 crate::server::ServerAddr::Tcp { port, .. } => Some(*port),
                 crate::server::ServerAddr::Unix { .. } => None,
             }),
@@ -100,10 +100,10 @@ impl ServerBook {
             state: AtomicU8::new(ServerState::Active as u8),
             last_request_us: AtomicU64::new(unix_us(now)),
         });
-        self.map.lock().insert(conn.id, rec);
+        self.map.lock().insert(conn.id, rec.clone());
         ServerTracker {
             book: self.clone(),
-            id: conn.id,
+            record: rec,
         }
     }
 
@@ -126,15 +126,22 @@ impl ServerBook {
     }
 }
 
-/// Removes its server's record when the connection (and so its slots) is dropped.
+/// Removes its server's record when the connection (and so its slots) is dropped. Holding the
+/// record itself lets the hot path update the state with one atomic store, without the book's lock.
 #[derive(Debug)]
 pub struct ServerTracker {
     book: Arc<ServerBook>,
-    id: u64,
+    record: Arc<ServerRecord>,
+}
+
+impl ServerTracker {
+    pub fn record(&self) -> &ServerRecord {
+        &self.record
+    }
 }
 
 impl Drop for ServerTracker {
     fn drop(&mut self) {
-        self.book.map.lock().remove(&self.id);
+        self.book.map.lock().remove(&self.record.id);
     }
 }

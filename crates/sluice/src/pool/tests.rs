@@ -339,6 +339,21 @@ async fn a_dead_idle_server_is_skipped() {
     let old = a.id;
     pool.release(a, true);
     f.peers.lock().clear(); // the "server" hangs up while idle
+                            // Hand-outs trust tokio's readiness for briefly idle servers: let the IO driver turn once.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let b = pool.checkout().await.unwrap();
+    assert_ne!(b.id, old);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_idle_server_is_checked_with_the_kernel() {
+    let f = fake(1);
+    let pool = pool_with(settings(5, 0), &f, ConnCounter::new());
+    let a = pool.checkout().await.unwrap();
+    let old = a.id;
+    pool.release(a, true);
+    tokio::time::sleep(ASK_KERNEL_AFTER_IDLE).await;
+    f.peers.lock().clear(); // hangs up just before the hand-out
     let b = pool.checkout().await.unwrap();
     assert_ne!(b.id, old);
 }

@@ -31,7 +31,8 @@ pub struct ServerConn {
     /// The server's parameters as last reported by ParameterStatus.
     pub params: ParamMap,
     pub backend_key: CancelKey,
-    pub addr: ServerAddr,
+    /// Shared so that linking a client's cancel key to this server does not copy it.
+    pub addr: std::sync::Arc<ServerAddr>,
     pub created: Instant,
     /// When it was last released (or logged in).
     pub last_used: Instant,
@@ -57,7 +58,7 @@ impl ServerConn {
             rbuf: BytesMut::with_capacity(8192),
             params: ParamMap::new(),
             backend_key: CancelKey { pid: 0, secret: 0 },
-            addr,
+            addr: std::sync::Arc::new(addr),
             created: now,
             last_used: now,
             status: TransactionStatus::Idle,
@@ -66,6 +67,13 @@ impl ServerConn {
             prepared: Box::default(),
             gucs_dirty: false,
             gucs_owner: 0,
+        }
+    }
+
+    /// Update its SHOW SERVERS state (an atomic store on its record; no lock).
+    pub fn set_book_state(&self, state: crate::pool::servers::ServerState) {
+        if let Some(t) = self.slots.as_ref().and_then(|s| s.tracker.as_ref()) {
+            t.record().set_state(state);
         }
     }
 

@@ -22,9 +22,17 @@ impl ParamMap {
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
+        // Names usually arrive spelled as the server reports them (and as TrackedSet spells them):
+        // an exact match is a length check and a memcmp, far cheaper than folding case, and this
+        // runs for every tracked parameter at every server hand-out.
         self.entries
             .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .find(|(k, _)| k == name)
+            .or_else(|| {
+                self.entries
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            })
             .map(|(_, v)| v.as_str())
     }
 

@@ -163,6 +163,19 @@ const SPECIAL_HEADS: &[&str] = &[
     "release",
 ];
 
+/// Bytes at which `fast_plain` has to look closer: `;`, comment starts and the first letters of
+/// the words the call scan looks for.
+static FAST_SCAN_BYTES: [bool; 256] = {
+    let mut t = [false; 256];
+    let interesting = b";-/aAsStT";
+    let mut i = 0;
+    while i < interesting.len() {
+        t[interesting[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
+
 /// The common case without lexing: a single statement opening with an ordinary keyword and
 /// holding no semicolon, no comment and no word the call scan looks for. Returns its text.
 fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
@@ -173,6 +186,11 @@ fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
     let select_like = first.is_kw("select") || first.is_kw("with");
     let rest = &src[first.end()..];
     for (i, &b) in rest.iter().enumerate() {
+        // This loop runs over every query text in transaction mode: one table lookup skips the
+        // bytes that cannot start anything of interest before the `match` below.
+        if !FAST_SCAN_BYTES[b as usize] {
+            continue;
+        }
         let at = |needle: &[u8]| {
             rest.len() - i >= needle.len() && rest[i..i + needle.len()].eq_ignore_ascii_case(needle)
         };
