@@ -177,6 +177,12 @@ impl App {
         if !def.reloadable {
             return Ok(false);
         }
+        if matches!(key, "auth_type" | "auth_hba_file" | "auth_ident_file") {
+            self.hba.reload(&cfg.settings);
+        }
+        if matches!(key, "auth_user" | "auth_query" | "auth_dbname") {
+            self.auth_query_cache.clear();
+        }
         self.config.store(Arc::new(cfg));
         self.refresh_pools();
         Ok(true)

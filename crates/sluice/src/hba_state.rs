@@ -45,7 +45,7 @@ impl HbaState {
             } else {
                 "no rules loaded: every login is refused"
             };
-            tracing::error!("RELOAD: hba not reloaded ({kept}): {e}");
+            tracing::error!("hba not reloaded ({kept}): {e}");
         }
     }
 }
