@@ -226,3 +226,39 @@ async fn scram_secrets_from_plaintext_are_derived_once() {
     let server_first = String::from_utf8_lossy(&body[4..]).to_string();
     assert!(server_first.ends_with(",i=8192"), "{server_first}");
 }
+
+#[tokio::test]
+async fn hba_methods_use_auth_query_secrets() {
+    cluster();
+    let ini = Sluice::basic_ini(
+        "auth_type = hba\nauth_hba_file = {hba}\nauth_user = aq_admin\nquery_wait_timeout = 5\n\
+         server_connect_timeout = 2\n",
+        &app_db(),
+    );
+    let s = Sluice::builder(&ini)
+        .userlist(&userlist(&[ADMIN]))
+        .file(
+            "hba.conf",
+            "host all md5_user 127.0.0.1/32 md5\nhost all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .start();
+    assert_eq!(
+        first_auth_request(s.port, "md5_user", "app").await,
+        Ok(AUTH_MD5)
+    );
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "md5_user", "md5_pass", "app").await,
+        "md5_user"
+    );
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "aq_scram", "aq_scram_pass", "app").await,
+        "aq_scram"
+    );
+    for user in ["aq_scram", "aq_nobody"] {
+        assert_eq!(first_auth_request(s.port, user, "app").await, Ok(AUTH_SASL));
+        assert_eq!(
+            login_err(&s, Via::Tcp, user, "wrong", "app").await,
+            pw_failed(user)
+        );
+    }
+}

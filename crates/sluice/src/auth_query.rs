@@ -252,3 +252,51 @@ async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> Config {
+        sluice_config::parse_str(text, "test.ini").unwrap()
+    }
+
+    #[test]
+    fn scope_precedence() {
+        let c = cfg("[databases]\n\
+             a = host=h auth_user=dbuser auth_dbname=authdb auth_query='SELECT 1'\n\
+             b = host=h\n\
+             [pgbouncer]\nauth_user = global\n");
+        let a = AuthScope::of(&c, c.database("a").unwrap(), "a").unwrap();
+        assert_eq!(
+            (a.auth_user.as_str(), a.auth_db.as_str(), a.query.as_str()),
+            ("dbuser", "authdb", "SELECT 1")
+        );
+        let b = AuthScope::of(&c, c.database("b").unwrap(), "b").unwrap();
+        assert_eq!(
+            (b.auth_user.as_str(), b.auth_db.as_str(), b.query.as_str()),
+            ("global", "b", sluice_config::AUTH_QUERY_DEFAULT)
+        );
+        let none = cfg("[databases]\nb = host=h\n");
+        assert!(AuthScope::of(&none, none.database("b").unwrap(), "b").is_none());
+    }
+
+    #[test]
+    fn cache_is_per_scope_and_cleared() {
+        let c = AuthQueryCache::default();
+        let scope = |db: &str| AuthScope {
+            auth_user: "au".into(),
+            auth_db: db.into(),
+            query: "q".into(),
+        };
+        c.put(&scope("x"), "u", StoredSecret::Plain("p".into()));
+        assert_eq!(
+            c.get(&scope("x"), "u"),
+            Some(StoredSecret::Plain("p".into()))
+        );
+        assert_eq!(c.get(&scope("y"), "u"), None);
+        assert_eq!(c.get(&scope("x"), "v"), None);
+        c.clear();
+        assert!(c.is_empty());
+    }
+}
