@@ -1,4 +1,5 @@
-//! Sluice configuration: one declarative settings table plus parsers for pgbouncer.ini and userlist.txt.
+//! Sluice configuration: one declarative settings table plus parsers for pgbouncer.ini, userlist.txt,
+//! the hba file (pg_hba.conf format) and the ident map file (pg_ident.conf format).
 //!
 //! Pure functions: no IO except reading the files it is asked to load, no globals, no logging
 //! (anything worth a warning is returned as data, e.g. [`Config::unsupported`]).
@@ -7,6 +8,12 @@ mod connstr;
 mod database;
 mod diff;
 mod error;
+mod hba;
+mod hba_lex;
+mod hba_match;
+#[cfg(test)]
+mod hba_tests;
+mod ident;
 mod ini;
 mod load;
 #[cfg(test)]
@@ -25,6 +32,12 @@ mod value;
 pub use database::DatabaseEntry;
 pub use diff::{diff, ReloadDiff};
 pub use error::{ConfigError, SetError};
+pub use hba::{
+    load_hba, parse_hba, HbaAddress, HbaConnType, HbaMethod, HbaRule, HbaRules, IncludeLoader,
+    NameList,
+};
+pub use hba_match::{ClientAddr, HbaRequest, HbaVerdict};
+pub use ident::{load_ident, parse_ident, IdentMaps};
 pub use load::{load, parse_str, Config};
 pub use markdown::settings_markdown;
 pub use modes::{AuthType, LoadBalanceHosts, PoolMode, ServerCheckQuery, TlsMode};

@@ -17,14 +17,14 @@ declare_settings! {
     pub struct Settings in PGBOUNCER_SETTINGS {
         admin_users: Vec<String> = "", reloadable, supported, "Comma list of users allowed all admin console commands.";
         application_name_add_host: bool = "0", reloadable, supported, "Append ' - <addr>:<port>' of the client to application_name at login.";
-        auth_dbname: Option<String> = "", reloadable, unsupported, "Database (from [databases]) in which auth_query runs.";
+        auth_dbname: Option<String> = "", reloadable, supported, "Database (from [databases]) in which auth_query runs; unset = the client's database.";
         auth_file: Option<String> = "", reloadable, supported, "userlist file with user names and passwords or SCRAM/md5 secrets.";
-        auth_hba_file: String = "", reloadable, unsupported, "pg_hba.conf-style file used when auth_type = hba.";
-        auth_ident_file: Option<String> = "", reloadable, unsupported, "Ident map file used by HBA map= options.";
+        auth_hba_file: String = "", reloadable, supported, "pg_hba.conf-style file used when auth_type = hba (see docs/hba.md); a broken file keeps the previous rules on reload.";
+        auth_ident_file: Option<String> = "", reloadable, supported, "pg_ident.conf-style map file used by hba map= options of peer and cert lines.";
         auth_ldap_options: Option<String> = "", reloadable, unsupported, "LDAP options for auth_type = ldap.";
-        auth_query: String = AUTH_QUERY_DEFAULT, reloadable, unsupported, "Query returning (user, password) for users not in auth_file.";
-        auth_type: AuthType = "md5", reloadable, supported, "Client authentication: any, trust, plain, md5, scram-sha-256 (cert, hba, ldap, pam are not implemented yet).";
-        auth_user: Option<String> = "", reloadable, unsupported, "User that connects to run auth_query.";
+        auth_query: String = AUTH_QUERY_DEFAULT, reloadable, supported, "Query returning (user, password) for users not in auth_file; $1 is the user name. Results are cached per user until RELOAD.";
+        auth_type: AuthType = "md5", reloadable, supported, "Client authentication: any, trust, plain, md5, scram-sha-256, hba (rules from auth_hba_file) (cert, ldap, pam are not implemented yet).";
+        auth_user: Option<String> = "", reloadable, supported, "User (with its password in auth_file) that connects to run auth_query for users not in auth_file.";
         autodb_idle_timeout: Seconds = "3600", reloadable, unsupported, "Seconds after which an unused database created from the '*' entry is freed.";
         cancel_wait_timeout: Seconds = "10", reloadable, supported, "Seconds a cancel request may wait to be forwarded before it is dropped; 0 = no limit.";
         client_idle_timeout: Seconds = "0", reloadable, supported, "Seconds an idle client may stay connected; 0 = no limit.";
@@ -76,7 +76,7 @@ declare_settings! {
         reserve_pool_timeout: Seconds = "5", reloadable, supported, "Seconds a client waits before the reserve pool is used.";
         resolv_conf: String = "", fixed, unsupported, "Custom resolv.conf for the DNS resolver.";
         sbuf_loopcnt: u32 = "5", reloadable, unsupported, "Read/forward rounds per connection before yielding; 0 = unlimited.";
-        scram_iterations: u32 = "4096", reloadable, unsupported, "Iterations for SCRAM secrets the pooler computes.";
+        scram_iterations: u32 = "4096", reloadable, supported, "Iterations for SCRAM secrets the pooler computes from plaintext passwords (and for mock exchanges).";
         server_check_delay: Seconds = "30", reloadable, supported, "Seconds of idleness after which a server is checked with server_check_query before reuse.";
         server_check_query: ServerCheckQuery = "<empty>", reloadable, supported, "Liveness query; <empty> = send an empty query, empty value = no checks.";
         server_connect_timeout: Seconds = "15", reloadable, supported, "Seconds allowed for server connect and login.";

@@ -12,14 +12,17 @@ use parking_lot::Mutex;
 use rand::RngCore;
 use sluice_config::{Config, ConfigError};
 
+use crate::auth_query::AuthQueryCache;
 use crate::cancel::CancelRegistry;
 use crate::client::registry::ClientRegistry;
 use crate::credentials::Credentials;
+use crate::hba_state::HbaState;
 use crate::lifecycle::{Control, Lifecycle};
 use crate::pool::connector::Connector;
 use crate::pool::registry::PoolRegistry;
 use crate::pool::resolve;
 use crate::prepared::StatementRegistry;
+use crate::scram_cache::ScramCache;
 use crate::server::params::TrackedSet;
 use crate::stats::period::StatsBook;
 use crate::stats::PoolStats;
@@ -28,6 +31,14 @@ pub struct App {
     pub config_path: PathBuf,
     pub config: ArcSwap<Config>,
     pub credentials: Credentials,
+    /// auth_type = hba rules (auth_hba_file + auth_ident_file).
+    pub hba: HbaState,
+    /// Secrets fetched by auth_query, until RELOAD.
+    pub auth_query_cache: AuthQueryCache,
+    /// SCRAM secrets derived from plaintext passwords.
+    pub scram_cache: ScramCache,
+    /// Failed client logins (sluice_client_login_failures_total).
+    pub login_failures: AtomicU64,
     pub pools: PoolRegistry,
     pub cancels: Arc<CancelRegistry>,
     /// Live clients (SHOW CLIENTS, KILL_CLIENT).
@@ -64,6 +75,8 @@ impl App {
     ) -> Result<Arc<Self>, ConfigError> {
         let credentials = Credentials::empty();
         credentials.load(config.settings.auth_file.as_deref())?;
+        let hba = HbaState::default();
+        hba.load(&config.settings)?;
         let mut mock_key = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut mock_key);
         let app = Arc::new(App {
@@ -71,6 +84,10 @@ impl App {
             tracked: TrackedSet::new(&config.settings.track_extra_parameters),
             config: ArcSwap::from_pointee(config),
             credentials,
+            hba,
+            auth_query_cache: AuthQueryCache::default(),
+            scram_cache: ScramCache::default(),
+            login_failures: AtomicU64::new(0),
             pools: PoolRegistry::new(connector),
             cancels: Arc::new(CancelRegistry::default()),
             registry: Arc::new(ClientRegistry::default()),
@@ -110,7 +127,9 @@ impl App {
         }
     }
 
-    /// RELOAD / SIGHUP: re-read the config and auth file; on error keep the old ones. Pools get new
+    /// RELOAD / SIGHUP: re-read the config and auth file; on error keep the old ones. The hba files
+    /// are re-read too (a broken one keeps the old rules); auth_query and SCRAM caches are cleared.
+    /// Pools get new
     /// settings; databases whose login changed get their servers replaced; removed ones are closed.
     pub fn reload(&self) -> Result<(), ConfigError> {
         let new = sluice_config::load(&self.config_path)?;
@@ -129,6 +148,9 @@ impl App {
                 let _ = new.settings.set(key, &v);
             }
         }
+        self.hba.reload(&new.settings);
+        self.auth_query_cache.clear();
+        self.scram_cache.clear();
         self.config.store(Arc::new(new));
         self.warn_unsupported();
         self.refresh_pools();
@@ -154,6 +176,12 @@ impl App {
         }
         if !def.reloadable {
             return Ok(false);
+        }
+        if matches!(key, "auth_type" | "auth_hba_file" | "auth_ident_file") {
+            self.hba.reload(&cfg.settings);
+        }
+        if matches!(key, "auth_user" | "auth_query" | "auth_dbname") {
+            self.auth_query_cache.clear();
         }
         self.config.store(Arc::new(cfg));
         self.refresh_pools();

@@ -1,5 +1,5 @@
-//! User secrets from auth_file (userlist.txt), reloaded when the file changes, plus a cache of
-//! SCRAM secrets derived from plaintext passwords so reconnect storms do not redo PBKDF2.
+//! User secrets from auth_file (userlist.txt), reloaded when the file changes. SCRAM secrets
+//! derived from plaintext passwords are cached in `scram_cache.rs`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,12 +8,8 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use rand::RngCore;
 use sluice_config::{load_userlist, ConfigError};
-use sluice_protocol::{ScramSecret, StoredSecret};
-
-/// Iterations for SCRAM secrets Sluice derives itself (PgBouncer's scram_iterations default).
-pub const ADHOC_SCRAM_ITERATIONS: u32 = 4096;
+use sluice_protocol::StoredSecret;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FileStamp {
@@ -25,7 +21,6 @@ struct FileStamp {
 pub struct Credentials {
     users: ArcSwap<HashMap<String, StoredSecret>>,
     stamp: Mutex<Option<FileStamp>>,
-    adhoc: Mutex<HashMap<String, (String, ScramSecret)>>,
 }
 
 impl Credentials {
@@ -33,7 +28,6 @@ impl Credentials {
         Credentials {
             users: ArcSwap::from_pointee(HashMap::new()),
             stamp: Mutex::new(None),
-            adhoc: Mutex::new(HashMap::new()),
         }
     }
 
@@ -63,7 +57,6 @@ impl Credentials {
             .map(|(u, s)| (u, StoredSecret::parse(&s)))
             .collect();
         self.users.store(Arc::new(map));
-        self.adhoc.lock().clear();
         *self.stamp.lock() = Some(stamp);
         Ok(true)
     }
@@ -83,21 +76,5 @@ impl Credentials {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// A SCRAM secret for a plaintext password, derived once per (user, password) with a random salt.
-    pub fn adhoc_scram(&self, user: &str, password: &str) -> ScramSecret {
-        if let Some((pw, s)) = self.adhoc.lock().get(user) {
-            if pw == password {
-                return s.clone();
-            }
-        }
-        let mut salt = [0u8; 16];
-        rand::thread_rng().fill_bytes(&mut salt);
-        let secret = ScramSecret::from_password(password, &salt, ADHOC_SCRAM_ITERATIONS);
-        self.adhoc
-            .lock()
-            .insert(user.to_string(), (password.to_string(), secret.clone()));
-        secret
     }
 }

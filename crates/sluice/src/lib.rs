@@ -3,11 +3,13 @@
 
 pub mod admin;
 pub mod app;
+pub mod auth_query;
 pub mod cancel;
 pub mod client;
 pub mod credentials;
 pub mod error;
 pub mod forward;
+pub mod hba_state;
 pub mod lifecycle;
 pub mod listener;
 pub mod logging;
@@ -15,6 +17,7 @@ pub mod metrics;
 pub mod net;
 pub mod pool;
 pub mod prepared;
+pub mod scram_cache;
 pub mod server;
 pub mod session_state;
 pub mod stats;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{execute, parse, Access, ConsoleState, ADMIN_DB, ADMIN_USER, PGBOUNCER_COMPAT};
 use crate::app::App;
-use crate::client::auth::authenticate;
+use crate::client::auth::{authenticate, AuthRequest};
 use crate::client::registry::{ClientEntry, ClientState};
 use crate::client::startup::StartupInfo;
 use crate::client::{ClientConn, EndReason};
@@ -58,7 +58,12 @@ pub async fn login(
         None
     };
     // With auth_type=any the lists alone decide (the name is not authenticated).
-    authenticate(app, client, &info.user).await?;
+    let req = AuthRequest {
+        user: &info.user,
+        database: &info.database,
+        db: None,
+    };
+    authenticate(app, client, &req).await?;
     role.ok_or_else(|| {
         tracing::warn!(
             "C-{}: {} admin console login refused for user {}",

@@ -1,25 +1,40 @@
-//! Client authentication against auth_file secrets: trust, any, plain, md5 (SCRAM when the secret is
-//! SCRAM), scram-sha-256. Unknown users go through a mock exchange and fail exactly like a wrong
-//! password, so user names cannot be probed.
+//! Client authentication: trust, any, plain, md5 (SCRAM when the secret is SCRAM), scram-sha-256,
+//! and hba (the method per connection comes from `hba_check.rs`). Secrets come from auth_file, else
+//! from auth_query (`crate::auth_query`). Unknown users go through a mock exchange and fail exactly
+//! like a wrong password, so user names cannot be probed. Failed logins are logged with the client
+//! address (never a secret) and counted (`sluice_client_login_failures_total`).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rand::RngCore;
-use sluice_config::AuthType;
+use sluice_config::{AuthType, DatabaseEntry};
 use sluice_protocol::{
     constant_time_eq, decode_password, decode_sasl_initial, encode_auth_cleartext, encode_auth_md5,
     encode_auth_ok, encode_auth_sasl, encode_auth_sasl_continue, encode_auth_sasl_final,
     frontend_tag, md5_secret, md5_verify, ScramKeys, ScramSecret, ScramServer, StoredSecret,
 };
 
+use super::hba_check::{hba_method, Method};
 use super::{ClientConn, EndReason};
 use crate::app::App;
+use crate::auth_query::{self, AuthScope};
 use crate::error::{sqlstate, ClientNotice};
 use crate::net::framed::read_message;
 
 /// Password messages are bounded (PgBouncer's MAX_PASSWORD plus framing).
 const MAX_AUTH_MESSAGE: usize = 65_536 + 512;
 const SCRAM: &str = "SCRAM-SHA-256";
+
+/// Who is logging in, to what.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthRequest<'a> {
+    pub user: &'a str,
+    /// The database name the client asked for (hba rules match it).
+    pub database: &'a str,
+    /// Its [databases] entry; None for the admin console or an unknown database (no auth_query).
+    pub db: Option<&'a DatabaseEntry>,
+}
 
 /// A verified client.
 #[derive(Debug, Default)]
@@ -28,6 +43,8 @@ pub struct Authenticated {
     pub secret: Option<StoredSecret>,
     /// Recovered by a SCRAM exchange against a stored SCRAM secret: enables SCRAM pass-through.
     pub scram_keys: Option<ScramKeys>,
+    /// The secret came from auth_query (the pool's server login follows it when it changes).
+    pub from_auth_query: bool,
 }
 
 fn auth_failed(user: &str) -> EndReason {
@@ -37,55 +54,146 @@ fn auth_failed(user: &str) -> EndReason {
     ))
 }
 
-/// Authenticate `user`. AuthenticationOk is queued in `client.wbuf` on success (not yet flushed).
+/// A failed authentication: what ends the client, plus a more precise reason for the log.
+struct Failure {
+    end: EndReason,
+    detail: Option<String>,
+}
+
+impl From<EndReason> for Failure {
+    fn from(end: EndReason) -> Self {
+        Failure { end, detail: None }
+    }
+}
+
+/// Authenticate the client. AuthenticationOk is queued in `client.wbuf` on success (not yet flushed).
 pub async fn authenticate(
     app: &Arc<App>,
     client: &mut ClientConn,
-    user: &str,
+    req: &AuthRequest<'_>,
 ) -> Result<Authenticated, EndReason> {
-    let cfg = app.config();
-    let secret = app.credentials.lookup(user);
-    let result = match cfg.settings.auth_type {
-        AuthType::Any => Ok(Authenticated {
-            secret,
-            scram_keys: None,
-        }),
-        AuthType::Trust => match secret {
-            Some(s) => Ok(Authenticated {
-                secret: Some(s),
-                scram_keys: None,
-            }),
+    let auth_type = app.config().settings.auth_type;
+    let method = match auth_type {
+        AuthType::Any => Method::Any,
+        AuthType::Trust => Method::Trust,
+        AuthType::Plain => Method::Plain,
+        AuthType::Md5 => Method::Md5,
+        AuthType::ScramSha256 => Method::Scram,
+        AuthType::Hba => hba_method(app, client, req.user, req.database),
+        other => Method::Refuse(
+            ClientNotice::new(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                format!("auth_type {other} is not supported by Sluice yet"),
+            ),
+            format!("auth_type {other} is not supported"),
+        ),
+    };
+    match run(app, client, req, method).await {
+        Ok(a) => {
+            encode_auth_ok(&mut client.wbuf);
+            Ok(a)
+        }
+        Err(f) => {
+            if let EndReason::Error(n) = &f.end {
+                app.login_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "C-{}: {} login failed: {}",
+                    client.id,
+                    client.label,
+                    f.detail.as_deref().unwrap_or(&n.message)
+                );
+            }
+            Err(f.end)
+        }
+    }
+}
+
+async fn run(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    req: &AuthRequest<'_>,
+    method: Method,
+) -> Result<Authenticated, Failure> {
+    let user = req.user;
+    if let Method::Refuse(notice, why) = method {
+        return Err(Failure {
+            end: EndReason::Error(notice),
+            detail: Some(why),
+        });
+    }
+    if let Method::Any = method {
+        return Ok(Authenticated {
+            secret: app.credentials.lookup(user),
+            ..Authenticated::default()
+        });
+    }
+    let (secret, from_auth_query) = find_secret(app, req).await?;
+    let known = |secret: Option<StoredSecret>| Authenticated {
+        secret,
+        scram_keys: None,
+        from_auth_query,
+    };
+    let mut done = match method {
+        Method::Trust => match secret {
+            Some(s) => Ok(known(Some(s))),
             None => Err(auth_failed(user)),
         },
-        AuthType::Plain => plain(client, user, secret).await,
-        AuthType::Md5 => match secret {
+        Method::Identified(how) => match secret {
+            Some(s) => Ok(known(Some(s))),
+            // PgBouncer refuses peer/cert logins of users it does not know.
+            None => Err(EndReason::Error(ClientNotice::new(
+                sqlstate::INVALID_AUTHORIZATION,
+                format!("{how} authentication failed for user \"{user}\""),
+            ))),
+        },
+        Method::Plain => plain(app, client, user, secret).await,
+        Method::Md5 => match secret {
             Some(StoredSecret::Scram(s)) => scram(app, client, user, Some(s), true).await,
             other => md5(client, user, other).await,
         },
-        AuthType::ScramSha256 => match secret {
+        Method::Scram => match secret {
             Some(StoredSecret::Scram(s)) => scram(app, client, user, Some(s), true).await,
             Some(StoredSecret::Plain(p)) => {
-                let adhoc = app.credentials.adhoc_scram(user, &p);
+                let iterations = app.config().settings.scram_iterations;
+                let adhoc = app.scram_cache.adhoc(user, &p, iterations, &app.mock_key);
                 scram(app, client, user, Some(adhoc), false)
                     .await
-                    .map(|_| Authenticated {
-                        secret: Some(StoredSecret::Plain(p)),
-                        scram_keys: None,
-                    })
+                    .map(|_| known(Some(StoredSecret::Plain(p))))
             }
             // md5 secrets cannot verify SCRAM; run the mock so the failure looks like any other.
             Some(StoredSecret::Md5(_)) | None => scram(app, client, user, None, false).await,
         },
-        other => Err(EndReason::Error(ClientNotice::new(
-            sqlstate::FEATURE_NOT_SUPPORTED,
-            format!("auth_type {other:?} is not supported by Sluice yet"),
-        ))),
-    };
-    match &result {
-        Ok(_) => encode_auth_ok(&mut client.wbuf),
-        Err(_) => tracing::warn!("C-{}: {} login failed", client.id, client.label),
+        Method::Any | Method::Refuse(..) => Err(auth_failed(user)),
+    }?;
+    done.from_auth_query = from_auth_query;
+    Ok(done)
+}
+
+/// The user's secret: auth_file first, then auth_query when an auth_user applies. A failing
+/// auth_query fails the login with its reason (the same for every user name).
+async fn find_secret(
+    app: &Arc<App>,
+    req: &AuthRequest<'_>,
+) -> Result<(Option<StoredSecret>, bool), Failure> {
+    if let Some(s) = app.credentials.lookup(req.user) {
+        return Ok((Some(s), false));
     }
-    result
+    let Some(db) = req.db else {
+        return Ok((None, false));
+    };
+    let Some(scope) = AuthScope::of(&app.config(), db, req.database) else {
+        return Ok((None, false));
+    };
+    match auth_query::lookup(app, &scope, req.user).await {
+        Ok(s) => Ok((s, true)),
+        Err(e) => Err(Failure {
+            end: EndReason::Error(ClientNotice::new(
+                sqlstate::CONNECTION_FAILURE,
+                format!("authentication lookup failed: {e}"),
+            )),
+            detail: None,
+        }),
+    }
 }
 
 /// Send what is queued and read the client's next authentication message ('p').
@@ -106,6 +214,7 @@ async fn exchange(client: &mut ClientConn) -> Result<bytes::BytesMut, EndReason>
 }
 
 async fn plain(
+    app: &App,
     client: &mut ClientConn,
     user: &str,
     secret: Option<StoredSecret>,
@@ -122,7 +231,9 @@ async fn plain(
             constant_time_eq(m.as_bytes(), md5_secret(user, password).as_bytes())
         }
         Some(StoredSecret::Scram(s)) => {
-            let derived = ScramSecret::from_password(password, &s.salt, s.iterations);
+            let derived = app
+                .scram_cache
+                .derive(user, password, &s.salt, s.iterations);
             constant_time_eq(&derived.stored_key, &s.stored_key)
                 & constant_time_eq(&derived.server_key, &s.server_key)
         }
@@ -134,7 +245,7 @@ async fn plain(
     // A verified cleartext password logs in to any server method.
     Ok(Authenticated {
         secret: Some(StoredSecret::Plain(password.to_string())),
-        scram_keys: None,
+        ..Authenticated::default()
     })
 }
 
@@ -156,7 +267,7 @@ async fn md5(
     match stored {
         Some(m) if md5_verify(&m, salt, response) => Ok(Authenticated {
             secret,
-            scram_keys: None,
+            ..Authenticated::default()
         }),
         _ => Err(auth_failed(user)),
     }
@@ -172,7 +283,8 @@ async fn scram(
     passthrough: bool,
 ) -> Result<Authenticated, EndReason> {
     let real = secret.is_some();
-    let secret = secret.unwrap_or_else(|| ScramSecret::mock(user, &app.mock_key, 4096));
+    let iterations = app.config().settings.scram_iterations;
+    let secret = secret.unwrap_or_else(|| ScramSecret::mock(user, &app.mock_key, iterations));
     encode_auth_sasl(&[SCRAM], &mut client.wbuf);
     let body = exchange(client).await?;
     let initial = decode_sasl_initial(&body).map_err(|_| auth_failed(user))?;
@@ -200,5 +312,6 @@ async fn scram(
     Ok(Authenticated {
         secret: Some(StoredSecret::Scram(secret)),
         scram_keys: passthrough.then_some(keys),
+        from_auth_query: false,
     })
 }

@@ -8,7 +8,7 @@ use sluice_protocol::{
     encode_backend_key_data, encode_parameter_status, encode_ready_for_query, TransactionStatus,
 };
 
-use super::auth::authenticate;
+use super::auth::{authenticate, AuthRequest};
 use super::registry::ClientEntry;
 use super::startup::StartupInfo;
 use super::{ClientConn, EndReason};
@@ -66,7 +66,12 @@ pub async fn login(
     let cfg = app.config();
     let db = resolve::find_database(&cfg, &info.database);
     // Authenticate before revealing whether the database exists.
-    let auth = authenticate(app, client, &info.user).await?;
+    let req = AuthRequest {
+        user: &info.user,
+        database: &info.database,
+        db: db.as_ref(),
+    };
+    let auth = authenticate(app, client, &req).await?;
     let Some(db) = db else {
         return Err(EndReason::Error(ClientNotice::new(
             sqlstate::PROTOCOL_VIOLATION,
@@ -105,6 +110,9 @@ pub async fn login(
             app.pools.current_generation(),
         )
     });
+    if auth.from_auth_query && db.user.is_none() {
+        follow_auth_query_secret(app, &pool, &db, server_secret.as_ref());
+    }
     if app.control.db_paused(&key.database) && !pool.is_paused() {
         pool.set_paused(true);
     }
@@ -184,6 +192,29 @@ pub async fn login(
         relay_scratch: RelayScratch::default(),
         _member: member,
     })
+}
+
+/// A pool of an auth_query user logs in with the secret the latest query returned (after RELOAD
+/// a changed password replaces the one the pool was created with).
+fn follow_auth_query_secret(
+    app: &Arc<App>,
+    pool: &Arc<Pool>,
+    db: &sluice_config::DatabaseEntry,
+    secret: Option<&sluice_protocol::StoredSecret>,
+) {
+    let old = pool.settings();
+    if old.target.secret.as_ref() == secret {
+        return;
+    }
+    let cfg = app.config();
+    let target = resolve::server_target(&cfg, db, &pool.key.user, secret.cloned());
+    pool.update_settings(resolve::pool_settings(
+        &cfg,
+        db,
+        &pool.key.user,
+        target,
+        app.pools.next_generation(),
+    ));
 }
 
 fn check_client_limits(

@@ -2,6 +2,7 @@
 //! the session loop. One file per phase; this file wires them and owns the disconnect logging.
 
 pub mod auth;
+pub mod hba_check;
 pub mod kill;
 pub mod login;
 pub mod registry;

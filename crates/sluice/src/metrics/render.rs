@@ -132,6 +132,7 @@ fn process(out: &mut Out, app: &App) {
         &[],
         app.clients.load(Ordering::Relaxed) as f64,
     );
+    auth(out, app);
     let (paused, suspended) = app.control.flags();
     out.family(
         "sluice_paused",
@@ -145,6 +146,32 @@ fn process(out: &mut Out, app: &App) {
         "1 while the pooler is suspended (SUSPEND).",
     );
     out.sample("sluice_suspended", &[], f64::from(u8::from(suspended)));
+}
+
+fn auth(out: &mut Out, app: &App) {
+    out.family(
+        "sluice_client_login_failures_total",
+        "counter",
+        "Client logins refused (wrong password, unknown user, hba reject, auth_query failure).",
+    );
+    out.sample(
+        "sluice_client_login_failures_total",
+        &[],
+        app.login_failures.load(Ordering::Relaxed) as f64,
+    );
+    let (hits, misses) = app.scram_cache.counts();
+    out.family(
+        "sluice_scram_cache_hits_total",
+        "counter",
+        "SCRAM secrets derived from plaintext passwords that were found in the cache.",
+    );
+    out.sample("sluice_scram_cache_hits_total", &[], hits as f64);
+    out.family(
+        "sluice_scram_cache_misses_total",
+        "counter",
+        "SCRAM secrets derived from plaintext passwords with PBKDF2 (cache misses).",
+    );
+    out.sample("sluice_scram_cache_misses_total", &[], misses as f64);
 }
 
 fn pools(out: &mut Out, app: &App) {

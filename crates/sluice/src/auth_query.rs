@@ -1,0 +1,302 @@
+//! auth_user / auth_query / auth_dbname (reference §5.3): secrets of users that are not in
+//! auth_file, fetched from PostgreSQL.
+//!
+//! The query runs on a server of the pool (auth_dbname or the client's database, auth_user), with
+//! auth_user's password from auth_file, as one extended-protocol round (Parse/Bind with the user
+//! name as `$1`/Execute/Sync: no quoting, no tracked-parameter SETs). It must return two columns
+//! (name, secret). The secret (plaintext, md5 or SCRAM verifier) verifies the client and logs in
+//! to the server as that user (a SCRAM verifier through pass-through keys).
+//!
+//! Cache: a found secret is kept per (auth database, auth_user, auth_query, user) until RELOAD,
+//! so a changed password in PostgreSQL is seen after the next RELOAD (or restart). Users that are
+//! not found (no row, NULL or empty secret) are not cached: they are asked for again at each login
+//! and get the mock exchange. Errors (server down, query error) fail the login with a clear
+//! message, bounded by server_connect_timeout.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use sluice_config::{Config, DatabaseEntry};
+use sluice_protocol::{
+    backend_tag, decode_data_row, decode_error_fields, decode_ready_for_query, encode_bind_text,
+    encode_execute, encode_parse, encode_sync, StoredSecret,
+};
+use tokio::io::AsyncWriteExt;
+
+use crate::app::App;
+use crate::error::ServerError;
+use crate::net::framed::read_message;
+use crate::pool::{resolve, Pool, PoolKey};
+use crate::server::ServerConn;
+
+/// Most cached secrets.
+const CACHE_CAPACITY: usize = 10_000;
+
+/// Why an auth_query lookup failed (the client's login fails with this text).
+#[derive(Debug, thiserror::Error)]
+pub enum AuthQueryError {
+    #[error("auth_dbname \"{0}\" is not a configured database")]
+    NoAuthDatabase(String),
+    #[error(
+        "could not get a server connection for auth_user \"{user}\" on database \"{db}\": {reason}"
+    )]
+    NoServer {
+        user: String,
+        db: String,
+        reason: String,
+    },
+    #[error("auth_query failed: {0}")]
+    Query(String),
+}
+
+/// Which auth_user/auth_query/auth database apply to a client's database.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AuthScope {
+    pub auth_user: String,
+    pub auth_db: String,
+    pub query: String,
+}
+
+impl AuthScope {
+    /// None when no auth_user applies (per-database auth_user, else the global one).
+    pub fn of(cfg: &Config, db: &DatabaseEntry, client_db: &str) -> Option<AuthScope> {
+        let s = &cfg.settings;
+        let auth_user = db
+            .auth_user
+            .clone()
+            .or_else(|| s.auth_user.clone())
+            .filter(|u| !u.is_empty())?;
+        let auth_db = db
+            .auth_dbname
+            .clone()
+            .or_else(|| s.auth_dbname.clone())
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| client_db.to_string());
+        let query = db
+            .auth_query
+            .clone()
+            .unwrap_or_else(|| s.auth_query.clone());
+        Some(AuthScope {
+            auth_user,
+            auth_db,
+            query,
+        })
+    }
+}
+
+#[derive(Default)]
+pub struct AuthQueryCache {
+    entries: Mutex<HashMap<(AuthScope, String), StoredSecret>>,
+}
+
+impl AuthQueryCache {
+    fn get(&self, scope: &AuthScope, user: &str) -> Option<StoredSecret> {
+        self.entries
+            .lock()
+            .get(&(scope.clone(), user.to_string()))
+            .cloned()
+    }
+
+    fn put(&self, scope: &AuthScope, user: &str, secret: StoredSecret) {
+        let mut entries = self.entries.lock();
+        if entries.len() >= CACHE_CAPACITY {
+            entries.clear();
+        }
+        entries.insert((scope.clone(), user.to_string()), secret);
+    }
+
+    /// RELOAD: every secret is fetched again at its next login.
+    pub fn clear(&self) {
+        self.entries.lock().clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The secret of `user` per auth_query, from the cache or the server. Ok(None) = no such user.
+pub async fn lookup(
+    app: &Arc<App>,
+    scope: &AuthScope,
+    user: &str,
+) -> Result<Option<StoredSecret>, AuthQueryError> {
+    if let Some(s) = app.auth_query_cache.get(scope, user) {
+        return Ok(Some(s));
+    }
+    let pool = auth_pool(app, scope)?;
+    let cfg = app.config();
+    let limit = cfg
+        .settings
+        .server_connect_timeout
+        .as_duration()
+        .unwrap_or(Duration::from_secs(15))
+        .max(Duration::from_secs(1));
+    let no_server = |reason: String| AuthQueryError::NoServer {
+        user: scope.auth_user.clone(),
+        db: scope.auth_db.clone(),
+        reason,
+    };
+    let mut server = match tokio::time::timeout(limit, pool.checkout()).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(no_server(e.to_string())),
+        Err(_) => return Err(no_server("timed out".to_string())),
+    };
+    let max = pool.settings().connect.max_packet_size;
+    let result = tokio::time::timeout(limit, run(&mut server, &scope.query, user, max)).await;
+    let found = match result {
+        Ok(Ok(found)) => {
+            pool.release(server, true);
+            found
+        }
+        Ok(Err(ServerError::Query(f))) => {
+            // The server is still in sync after an SQL error.
+            pool.release(server, true);
+            return Err(AuthQueryError::Query(f.message));
+        }
+        Ok(Err(e)) => return Err(AuthQueryError::Query(e.to_string())),
+        Err(_) => return Err(AuthQueryError::Query("timed out".to_string())),
+    };
+    let secret = found
+        .filter(|s| !s.is_empty())
+        .map(|s| StoredSecret::parse(&s));
+    if let Some(s) = &secret {
+        app.auth_query_cache.put(scope, user, s.clone());
+    }
+    Ok(secret)
+}
+
+/// The pool auth queries run on: (auth database, auth_user), auth_user's secret from auth_file.
+fn auth_pool(app: &Arc<App>, scope: &AuthScope) -> Result<Arc<Pool>, AuthQueryError> {
+    let cfg = app.config();
+    let mut db = resolve::find_database(&cfg, &scope.auth_db)
+        .ok_or_else(|| AuthQueryError::NoAuthDatabase(scope.auth_db.clone()))?;
+    // The auth connection logs in as auth_user even where the database forces another user.
+    db.user = None;
+    db.password = None;
+    let key = PoolKey {
+        database: scope.auth_db.clone(),
+        user: scope.auth_user.clone(),
+    };
+    Ok(app.pools.get_or_create(&key, || {
+        let secret = app.credentials.lookup(&scope.auth_user);
+        let target = resolve::server_target(&cfg, &db, &scope.auth_user, secret);
+        resolve::pool_settings(
+            &cfg,
+            &db,
+            &scope.auth_user,
+            target,
+            app.pools.current_generation(),
+        )
+    }))
+}
+
+/// One extended-protocol round of `query` with `$1` = `user`. Ok(None) = no row or NULL secret.
+async fn run(
+    conn: &mut ServerConn,
+    query: &str,
+    user: &str,
+    max_len: usize,
+) -> Result<Option<String>, ServerError> {
+    let mut out = BytesMut::with_capacity(query.len() + user.len() + 64);
+    encode_parse("", query, &[], &mut out);
+    encode_bind_text("", "", &[Some(user.as_bytes())], &mut out);
+    encode_execute("", 0, &mut out);
+    encode_sync(&mut out);
+    conn.stream.write_all(&out).await?;
+    let mut failure = None;
+    let mut row: Option<Option<String>> = None;
+    loop {
+        let (tag, body) = read_message(&mut conn.stream, &mut conn.rbuf, max_len).await?;
+        match tag {
+            backend_tag::READY_FOR_QUERY => {
+                conn.status = decode_ready_for_query(&body)?;
+                return match failure {
+                    Some(f) => Err(ServerError::Query(Box::new(f))),
+                    None => Ok(row.flatten()),
+                };
+            }
+            backend_tag::DATA_ROW if row.is_none() => {
+                let values = decode_data_row(&body)?;
+                if values.len() != 2 {
+                    failure.get_or_insert_with(|| sluice_protocol::ErrorFields {
+                        message: format!(
+                            "auth_query must return 2 columns (user, password), got {}",
+                            values.len()
+                        ),
+                        ..Default::default()
+                    });
+                    row = Some(None);
+                    continue;
+                }
+                row = Some(
+                    values
+                        .get(1)
+                        .cloned()
+                        .flatten()
+                        .map(|v| String::from_utf8_lossy(v).into_owned()),
+                );
+            }
+            backend_tag::ERROR_RESPONSE => failure = Some(decode_error_fields(&body)?),
+            backend_tag::COPY_IN | backend_tag::COPY_BOTH | backend_tag::COPY_OUT => {
+                return Err(ServerError::Unexpected("COPY started by auth_query".into()))
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> Config {
+        sluice_config::parse_str(text, "test.ini").unwrap()
+    }
+
+    #[test]
+    fn scope_precedence() {
+        let c = cfg("[databases]\n\
+             a = host=h auth_user=dbuser auth_dbname=authdb auth_query='SELECT 1'\n\
+             b = host=h\n\
+             [pgbouncer]\nauth_user = global\n");
+        let a = AuthScope::of(&c, c.database("a").unwrap(), "a").unwrap();
+        assert_eq!(
+            (a.auth_user.as_str(), a.auth_db.as_str(), a.query.as_str()),
+            ("dbuser", "authdb", "SELECT 1")
+        );
+        let b = AuthScope::of(&c, c.database("b").unwrap(), "b").unwrap();
+        assert_eq!(
+            (b.auth_user.as_str(), b.auth_db.as_str(), b.query.as_str()),
+            ("global", "b", sluice_config::AUTH_QUERY_DEFAULT)
+        );
+        let none = cfg("[databases]\nb = host=h\n");
+        assert!(AuthScope::of(&none, none.database("b").unwrap(), "b").is_none());
+    }
+
+    #[test]
+    fn cache_is_per_scope_and_cleared() {
+        let c = AuthQueryCache::default();
+        let scope = |db: &str| AuthScope {
+            auth_user: "au".into(),
+            auth_db: db.into(),
+            query: "q".into(),
+        };
+        c.put(&scope("x"), "u", StoredSecret::Plain("p".into()));
+        assert_eq!(
+            c.get(&scope("x"), "u"),
+            Some(StoredSecret::Plain("p".into()))
+        );
+        assert_eq!(c.get(&scope("y"), "u"), None);
+        assert_eq!(c.get(&scope("x"), "v"), None);
+        c.clear();
+        assert!(c.is_empty());
+    }
+}

@@ -1,0 +1,264 @@
+//! auth_user / auth_query / auth_dbname end to end (reference §5.3): md5 and SCRAM secrets fetched
+//! with PgBouncer's default auth_query (pg_authid, so auth_user is a superuser), unknown users
+//! refused like a wrong password, per-database auth_user and auth_dbname, the cache kept until
+//! RELOAD, clear errors when the query or its server fails; and the cache of SCRAM secrets derived
+//! from plaintext passwords, seen through /metrics.
+
+mod auth_common;
+
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use auth_common::*;
+use sluice_e2e::{free_port, PgCluster, Sluice};
+
+const ADMIN: (&str, &str) = ("aq_admin", "aq_admin_pass");
+
+/// Roles of this test binary's cluster (created once): the auth_user and SCRAM-stored users.
+/// md5_user (md5 stored, hba md5 in the cluster) is the md5 case.
+fn cluster() -> &'static PgCluster {
+    static SETUP: Once = Once::new();
+    let pg = PgCluster::get();
+    SETUP.call_once(|| {
+        pg.psql(
+            "postgres",
+            "SET password_encryption = 'scram-sha-256'; \
+             CREATE ROLE aq_admin LOGIN SUPERUSER PASSWORD 'aq_admin_pass'; \
+             CREATE ROLE aq_scram LOGIN PASSWORD 'aq_scram_pass'; \
+             CREATE ROLE aq_rotate LOGIN PASSWORD 'rotate_old';",
+        );
+    });
+    pg
+}
+
+fn app_db() -> String {
+    "app = host={pg_host} port={pg_port} dbname=app\n".to_string()
+}
+
+fn start(auth_type: &str, extra: &str, databases: &str) -> Sluice {
+    cluster();
+    let ini = Sluice::basic_ini(
+        &format!(
+            "auth_type = {auth_type}\nquery_wait_timeout = 5\nserver_connect_timeout = 2\n\
+             server_login_retry = 1\n{extra}"
+        ),
+        databases,
+    );
+    Sluice::builder(&ini).userlist(&userlist(&[ADMIN])).start()
+}
+
+#[tokio::test]
+async fn md5_and_scram_secrets_and_unknown_users() {
+    let s = start("md5", "auth_user = aq_admin\n", &app_db());
+    // md5 secret: md5 exchange, and the md5 hash logs in to the server.
+    assert_eq!(
+        first_auth_request(s.port, "md5_user", "app").await,
+        Ok(AUTH_MD5)
+    );
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "md5_user", "md5_pass", "app").await,
+        "md5_user"
+    );
+    // SCRAM verifier: SCRAM exchange, server login through pass-through keys.
+    assert_eq!(
+        first_auth_request(s.port, "aq_scram", "app").await,
+        Ok(AUTH_SASL)
+    );
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "aq_scram", "aq_scram_pass", "app").await,
+        "aq_scram"
+    );
+    assert_eq!(
+        login_err(&s, Via::Tcp, "md5_user", "wrong", "app").await,
+        pw_failed("md5_user")
+    );
+    assert_eq!(
+        login_err(&s, Via::Tcp, "aq_nobody", "wrong", "app").await,
+        pw_failed("aq_nobody")
+    );
+    // With SCRAM for everyone, an unknown user and a wrong password look the same on the wire.
+    let s = start("scram-sha-256", "auth_user = aq_admin\n", &app_db());
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "aq_scram", "aq_scram_pass", "app").await,
+        "aq_scram"
+    );
+    for user in ["aq_scram", "aq_nobody"] {
+        assert_eq!(first_auth_request(s.port, user, "app").await, Ok(AUTH_SASL));
+        assert_eq!(
+            login_err(&s, Via::Tcp, user, "wrong", "app").await,
+            pw_failed(user)
+        );
+    }
+    assert!(!s.log().contains("aq_scram_pass"));
+}
+
+#[tokio::test]
+async fn per_database_auth_user_and_auth_dbname() {
+    let pg = cluster();
+    let dbs =
+        "app = host={pg_host} port={pg_port} dbname=app auth_user=aq_admin auth_dbname=authdb\n\
+               authdb = host={pg_host} port={pg_port} dbname=postgres\n\
+               plain = host={pg_host} port={pg_port} dbname=app\n";
+    let s = start("md5", "", dbs);
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "md5_user", "md5_pass", "app").await,
+        "md5_user"
+    );
+    // The query ran as aq_admin in database postgres (the auth pool keeps its server).
+    let n = pg.psql(
+        "postgres",
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = 'aq_admin' AND datname = 'postgres'",
+    );
+    assert_ne!(n, "0", "no auth_query connection to database postgres");
+    // A database without auth_user does not look users up.
+    assert_eq!(
+        login_err(&s, Via::Tcp, "md5_user", "md5_pass", "plain").await,
+        pw_failed("md5_user")
+    );
+}
+
+#[tokio::test]
+async fn cached_secret_is_used_until_reload() {
+    let pg = cluster();
+    let s = start("scram-sha-256", "auth_user = aq_admin\n", &app_db());
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "aq_rotate", "rotate_old", "app").await,
+        "aq_rotate"
+    );
+    // Let the server go back to the pool: the next login reuses it (its session is logged in).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pg.psql(
+        "postgres",
+        "SET password_encryption = 'scram-sha-256'; ALTER ROLE aq_rotate PASSWORD 'rotate_new'",
+    );
+    // Cached: the old password still works, the new one not yet.
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "aq_rotate", "rotate_old", "app").await,
+        "aq_rotate"
+    );
+    assert_eq!(
+        login_err(&s, Via::Tcp, "aq_rotate", "rotate_new", "app").await,
+        pw_failed("aq_rotate")
+    );
+    sighup(&s).await;
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "aq_rotate", "rotate_new", "app").await,
+        "aq_rotate"
+    );
+    assert_eq!(
+        login_err(&s, Via::Tcp, "aq_rotate", "rotate_old", "app").await,
+        pw_failed("aq_rotate")
+    );
+}
+
+#[tokio::test]
+async fn failing_auth_query_is_a_clear_error_not_a_hang() {
+    let s = start(
+        "md5",
+        "auth_user = aq_admin\nauth_query = SELECT usename, passwd FROM no_such_table WHERE usename = $1\n",
+        &app_db(),
+    );
+    let (code, msg) = login_err(&s, Via::Tcp, "md5_user", "md5_pass", "app").await;
+    assert_eq!(code, "08006", "{msg}");
+    assert!(
+        msg.contains("auth_query failed") && msg.contains("no_such_table"),
+        "{msg}"
+    );
+    // The auth database's server is down: the login fails within server_connect_timeout.
+    let down = format!("app = host={{pg_host}} port={} dbname=app\n", free_port());
+    let s = start("md5", "auth_user = aq_admin\n", &down);
+    let started = Instant::now();
+    let (code, msg) = login_err(&s, Via::Tcp, "md5_user", "md5_pass", "app").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(code, "08006", "{msg}");
+    assert!(
+        msg.contains("could not get a server connection for auth_user \"aq_admin\""),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn scram_secrets_from_plaintext_are_derived_once() {
+    cluster();
+    let mport = free_port();
+    let ini = Sluice::basic_ini(
+        &format!(
+            "auth_type = scram-sha-256\nscram_iterations = 8192\n\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{mport}\n"
+        ),
+        &app_db(),
+    );
+    let s = Sluice::builder(&ini)
+        .userlist(&userlist(&[("scram_user", "scram_pass")]))
+        .start();
+    for _ in 0..3 {
+        assert_eq!(
+            login_ok(&s, Via::Tcp, "scram_user", "scram_pass", "app").await,
+            "scram_user"
+        );
+    }
+    assert_eq!(
+        login_err(&s, Via::Tcp, "scram_user", "wrong", "app").await,
+        pw_failed("scram_user")
+    );
+    let m = metrics(mport).await;
+    assert_eq!(sample(&m, "sluice_scram_cache_misses_total"), 1.0, "{m}");
+    assert!(sample(&m, "sluice_scram_cache_hits_total") >= 3.0, "{m}");
+    assert_eq!(sample(&m, "sluice_client_login_failures_total"), 1.0, "{m}");
+    // The ad-hoc secret uses scram_iterations.
+    let mut c = sluice_e2e::RawConn::connect(s.port).await;
+    c.send(&sluice_e2e::RawConn::startup_packet(&[
+        ("user", "scram_user"),
+        ("database", "app"),
+    ]))
+    .await;
+    let _ = c.read_message(IO_TIMEOUT).await.expect("SASL request");
+    let first = b"n,,n=,r=e2eClientNonce0123456789abcd";
+    let mut msg = b"SCRAM-SHA-256\0".to_vec();
+    msg.extend_from_slice(&(first.len() as i32).to_be_bytes());
+    msg.extend_from_slice(first);
+    c.send(&sluice_e2e::RawConn::message(b'p', &msg)).await;
+    let (tag, body) = c.read_message(IO_TIMEOUT).await.expect("SASLContinue");
+    assert_eq!(tag, b'R');
+    let server_first = String::from_utf8_lossy(&body[4..]).to_string();
+    assert!(server_first.ends_with(",i=8192"), "{server_first}");
+}
+
+#[tokio::test]
+async fn hba_methods_use_auth_query_secrets() {
+    cluster();
+    let ini = Sluice::basic_ini(
+        "auth_type = hba\nauth_hba_file = {hba}\nauth_user = aq_admin\nquery_wait_timeout = 5\n\
+         server_connect_timeout = 2\n",
+        &app_db(),
+    );
+    let s = Sluice::builder(&ini)
+        .userlist(&userlist(&[ADMIN]))
+        .file(
+            "hba.conf",
+            "host all md5_user 127.0.0.1/32 md5\nhost all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .start();
+    assert_eq!(
+        first_auth_request(s.port, "md5_user", "app").await,
+        Ok(AUTH_MD5)
+    );
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "md5_user", "md5_pass", "app").await,
+        "md5_user"
+    );
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "aq_scram", "aq_scram_pass", "app").await,
+        "aq_scram"
+    );
+    for user in ["aq_scram", "aq_nobody"] {
+        assert_eq!(first_auth_request(s.port, user, "app").await, Ok(AUTH_SASL));
+        assert_eq!(
+            login_err(&s, Via::Tcp, user, "wrong", "app").await,
+            pw_failed(user)
+        );
+    }
+}
