@@ -75,8 +75,8 @@ keyword_enum!(
 );
 
 impl AuthType {
-    /// Whether the first Sluice version implements this method (cert, hba, ldap and pam are accepted
-    /// by the parser but not implemented yet; the pooler decides how to react).
+    /// Whether Sluice implements this method (hba, ldap and pam are accepted by the parser but not
+    /// implemented yet; the pooler decides how to react).
     pub fn is_supported(&self) -> bool {
         matches!(
             self,
@@ -85,6 +85,7 @@ impl AuthType {
                 | AuthType::Plain
                 | AuthType::Md5
                 | AuthType::ScramSha256
+                | AuthType::Cert
         )
     }
 }

@@ -18,6 +18,7 @@ pub mod prepared;
 pub mod server;
 pub mod session_state;
 pub mod stats;
+pub mod tls;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! Client authentication against auth_file secrets: trust, any, plain, md5 (SCRAM when the secret is
-//! SCRAM), scram-sha-256. Unknown users go through a mock exchange and fail exactly like a wrong
+//! SCRAM), scram-sha-256 (-PLUS over TLS), cert (`cert_auth.rs`). Unknown users go through a mock exchange and fail exactly like a wrong
 //! password, so user names cannot be probed.
 
 use std::sync::Arc;
@@ -19,7 +19,6 @@ use crate::net::framed::read_message;
 
 /// Password messages are bounded (PgBouncer's MAX_PASSWORD plus framing).
 const MAX_AUTH_MESSAGE: usize = 65_536 + 512;
-const SCRAM: &str = "SCRAM-SHA-256";
 
 /// A verified client.
 #[derive(Debug, Default)]
@@ -76,6 +75,7 @@ pub async fn authenticate(
             // md5 secrets cannot verify SCRAM; run the mock so the failure looks like any other.
             Some(StoredSecret::Md5(_)) | None => scram(app, client, user, None, false).await,
         },
+        AuthType::Cert => super::cert_auth::authenticate(client, user, secret),
         other => Err(EndReason::Error(ClientNotice::new(
             sqlstate::FEATURE_NOT_SUPPORTED,
             format!("auth_type {other:?} is not supported by Sluice yet"),
@@ -173,18 +173,22 @@ async fn scram(
 ) -> Result<Authenticated, EndReason> {
     let real = secret.is_some();
     let secret = secret.unwrap_or_else(|| ScramSecret::mock(user, &app.mock_key, 4096));
-    encode_auth_sasl(&[SCRAM], &mut client.wbuf);
+    let mut nonce = [0u8; 18];
+    rand::thread_rng().fill_bytes(&mut nonce);
+    let mut server = ScramServer::new(secret.clone(), nonce);
+    // Over TLS, SCRAM-SHA-256-PLUS is offered, bound to our certificate (tls-server-end-point).
+    if let Some(end_point) = client.tls.channel_binding.clone() {
+        server = server.with_channel_binding(end_point);
+    }
+    encode_auth_sasl(server.mechanisms(), &mut client.wbuf);
     let body = exchange(client).await?;
     let initial = decode_sasl_initial(&body).map_err(|_| auth_failed(user))?;
-    if initial.mechanism != SCRAM {
+    if server.select_mechanism(initial.mechanism).is_err() {
         return Err(EndReason::Error(ClientNotice::new(
             sqlstate::PROTOCOL_VIOLATION,
             "client selected an invalid SASL authentication mechanism",
         )));
     }
-    let mut nonce = [0u8; 18];
-    rand::thread_rng().fill_bytes(&mut nonce);
-    let mut server = ScramServer::new(secret.clone(), nonce);
     let first = server
         .handle_client_first(initial.data)
         .map_err(|_| auth_failed(user))?;

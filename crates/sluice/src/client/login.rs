@@ -100,6 +100,7 @@ pub async fn login(
             &login_user,
             target,
             app.pools.current_generation(),
+            app.tls.load().server.clone(),
         )
     });
     if app.control.db_paused(&key.database) && !pool.is_paused() {
