@@ -68,12 +68,18 @@ fn psql_verify_full_to_sluice_and_sluice_verify_full_to_postgres() {
         DB_BY_NAME,
     ))
     .start();
-    let (st, out, err) = psql_cmd(
-        &verify_full_conn(&s, "trust_user", "app", ""),
-        "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
-    );
-    assert!(st.success(), "{err}\n{}", s.log());
-    assert_eq!(out.trim(), "t", "the server leg is TLS");
+    let ssl_and_pid = || {
+        let (st, out, err) = psql_cmd(
+            &verify_full_conn(&s, "trust_user", "app", ""),
+            "SELECT ssl::text || ' ' || pid FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        );
+        assert!(st.success(), "{err}\n{}", s.log());
+        out.trim().to_string()
+    };
+    let first = ssl_and_pid();
+    assert!(first.starts_with("true "), "the server leg is TLS: {first}");
+    // The idle TLS server goes back to the pool and serves the next client.
+    assert_eq!(ssl_and_pid(), first, "same TLS server reused");
 
     let console = verify_full_conn(&s, "trust_user", "pgbouncer", "");
     let (st, out, err) = psql_cmd(&console, "SHOW CLIENTS");
@@ -354,6 +360,40 @@ async fn reload_swaps_certificates_and_keeps_the_old_ones_when_broken() {
         .unwrap();
     assert_eq!(again.peer_cert, der(&c.sluice_b.cert), "old config kept");
     assert_eq!(open.query("SELECT 8").await.unwrap().as_deref(), Some("8"));
+}
+
+#[tokio::test]
+async fn reload_of_server_tls_settings_replaces_servers() {
+    pg_with_ssl();
+    let text = |mode: &str| {
+        ini(
+            &format!("auth_type = trust\nserver_tls_sslmode = {mode}\n"),
+            DB_BY_IP,
+        )
+    };
+    let s = builder(&text("disable")).start();
+    let ssl = || async {
+        let c = s.connect("trust_user", "x", "app").await.unwrap();
+        c.query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    };
+    assert!(!ssl().await);
+    s.rewrite_config(&text("require"));
+    s.signal(nix::sys::signal::Signal::SIGHUP);
+    let mut now_tls = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if ssl().await {
+            now_tls = true;
+            break;
+        }
+    }
+    assert!(now_tls, "servers were replaced with TLS ones: {}", s.log());
 }
 
 #[test]

@@ -158,11 +158,16 @@ pub async fn login(
     client.flush().await.map_err(|_| EndReason::ClientClosed)?;
     if cfg.settings.log_connections {
         tracing::info!(
-            "C-{}: {} login attempt: db={} user={}",
+            "C-{}: {} login attempt: db={} user={} tls={}",
             client.id,
             client.label,
             info.database,
-            info.user
+            info.user,
+            if client.tls.is_tls {
+                client.tls.description.as_str()
+            } else {
+                "no"
+            }
         );
     }
     let _ = entry
