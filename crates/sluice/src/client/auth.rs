@@ -1,6 +1,6 @@
 //! Client authentication against auth_file secrets: trust, any, plain, md5 (SCRAM when the secret is
-//! SCRAM), scram-sha-256 (-PLUS over TLS), cert (`cert_auth.rs`). Unknown users go through a mock exchange and fail exactly like a wrong
-//! password, so user names cannot be probed.
+//! SCRAM), scram-sha-256 (-PLUS over TLS), cert (`cert_auth.rs`). Unknown users go through a mock
+//! exchange and fail exactly like a wrong password, so user names cannot be probed.
 
 use std::sync::Arc;
 

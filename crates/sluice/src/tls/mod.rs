@@ -11,7 +11,7 @@ pub mod versions;
 
 use std::sync::Arc;
 
-use sluice_config::{ConfigError, Settings, TlsMode};
+use sluice_config::{ConfigError, Settings};
 
 pub use acceptor::ClientTls;
 pub use connector::ServerTls;
@@ -138,7 +138,5 @@ fn provider(
     Ok((Arc::new(p), versions))
 }
 
-/// True for the modes that use TLS at all.
-pub fn enabled(mode: TlsMode) -> bool {
-    mode != TlsMode::Disable
-}
+#[cfg(test)]
+mod tests;
