@@ -282,6 +282,43 @@ async fn direct_tls_requires_alpn_postgresql() {
 }
 
 #[tokio::test]
+async fn large_messages_cross_tls_on_both_legs() {
+    pg_with_ssl();
+    let s = builder(&ini(
+        "auth_type = trust\nclient_tls_sslmode = require\nserver_tls_sslmode = require\n\
+         pool_mode = transaction\n",
+        DB_BY_IP,
+    ))
+    .start();
+    let mut c = PgTls::connect(s.port, &Certs::get().ca.pem.cert, Negotiation::SslRequest)
+        .await
+        .unwrap();
+    c.startup("trust_user", "app").await.unwrap();
+    for round in 0..3 {
+        // 2 MB towards the server, 6 MB back: both TLS streams see back-pressure.
+        let sql = format!("SELECT length('{}')", "y".repeat(2_000_000));
+        assert_eq!(
+            c.query(&sql).await.unwrap().as_deref(),
+            Some("2000000"),
+            "round {round}"
+        );
+        let big = c
+            .query("SELECT repeat('x', 6000000)")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(big.len(), 6_000_000, "round {round}");
+        assert_eq!(
+            c.query("SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("true")
+        );
+    }
+}
+
+#[tokio::test]
 async fn plaintext_pipelined_after_sslrequest_is_rejected() {
     let s = builder(&ini(
         "auth_type = trust\nclient_tls_sslmode = prefer\nserver_tls_sslmode = disable\n",

@@ -100,6 +100,7 @@ impl PgTls {
     pub async fn startup(&mut self, user: &str, db: &str) -> Result<(), HashMap<u8, String>> {
         let pkt = RawConn::startup_packet(&[("user", user), ("database", db)]);
         self.stream.write_all(&pkt).await.map_err(io_err)?;
+        self.stream.flush().await.map_err(io_err)?;
         self.until_ready().await.map(|_| ())
     }
 
@@ -111,6 +112,8 @@ impl PgTls {
             .write_all(&RawConn::message(b'Q', &body))
             .await
             .map_err(io_err)?;
+        // tokio-rustls may keep ciphertext buffered until flushed.
+        self.stream.flush().await.map_err(io_err)?;
         self.until_ready().await
     }
 
