@@ -75,10 +75,17 @@ impl Stream {
     /// This asks the kernel (MSG_PEEK) instead of tokio's cached readiness, which may not have seen
     /// a hang-up yet.
     pub fn is_quiet(&self) -> bool {
+        // Under TLS, decrypted bytes (or a close_notify) may already sit in rustls' buffer; then
+        // it does not want to read, and the connection is not quiet whatever the socket says.
+        let tls_quiet = match self {
+            Stream::ClientTls(s) => s.get_ref().get_ref().1.wants_read(),
+            Stream::ServerTls(s) => s.get_ref().get_ref().1.wants_read(),
+            _ => true,
+        };
         let fd = match (self, self.tcp()) {
             (Stream::Unix(s), _) => s.as_raw_fd(),
-            (_, Some(s)) => s.as_raw_fd(),
-            (_, None) => return false,
+            (_, Some(s)) if tls_quiet => s.as_raw_fd(),
+            _ => return false,
         };
         let mut probe = [0u8; 1];
         // SAFETY: recv into a valid 1-byte buffer on a socket fd we own; MSG_PEEK consumes nothing.
