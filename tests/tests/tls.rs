@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
-use sluice_e2e::{error_fields, psql_cmd, RawConn, Sluice, SluiceBuilder};
+use sluice_e2e::{error_fields, psql_cmd, Console, RawConn, Sluice, SluiceBuilder};
 use tls_support::client::{Negotiation, PgTls};
 use tls_support::{pg_with_ssl, write_private, Certs};
 
@@ -431,6 +431,37 @@ async fn reload_of_server_tls_settings_replaces_servers() {
         }
     }
     assert!(now_tls, "servers were replaced with TLS ones: {}", s.log());
+}
+
+#[tokio::test]
+async fn admin_set_of_tls_keys_rebuilds_tls_or_refuses() {
+    let s = builder(&ini(
+        "auth_type = trust\nclient_tls_sslmode = prefer\nserver_tls_sslmode = disable\n\
+         admin_users = trust_user\n",
+        DB_BY_IP,
+    ))
+    .start();
+    let mut console = Console::connect(s.port, "trust_user", "x").await.unwrap();
+    let e = console
+        .query("SET client_tls_cert_file = '/nonexistent/cert.pem'")
+        .await
+        .unwrap_err();
+    assert!(
+        e[&b'M'].contains("client_tls_cert_file") && e[&b'M'].contains("/nonexistent/cert.pem"),
+        "{e:?}"
+    );
+    // The old certificate is still served.
+    let c = Certs::get();
+    let tls = PgTls::connect(s.port, &c.ca.pem.cert, Negotiation::SslRequest)
+        .await
+        .unwrap();
+    assert_eq!(tls.peer_cert, der(&c.sluice.cert));
+    console
+        .query("SET client_tls_sslmode = require")
+        .await
+        .unwrap();
+    let e = s.connect("trust_user", "x", "app").await.unwrap_err();
+    assert_eq!(e.as_db_error().unwrap().message(), "SSL required");
 }
 
 #[test]
