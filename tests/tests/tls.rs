@@ -97,6 +97,31 @@ fn psql_verify_full_to_sluice_and_sluice_verify_full_to_postgres() {
     );
 }
 
+#[test]
+fn protocol_and_cipher_settings_apply() {
+    let s = builder(&ini(
+        "auth_type = trust\nclient_tls_sslmode = require\nclient_tls_protocols = tlsv1.2\n\
+         client_tls_ciphers = HIGH:!aNULL:ECDHE-ECDSA-AES128-GCM-SHA256\n\
+         server_tls_sslmode = disable\nstats_users = trust_user\n",
+        DB_BY_IP,
+    ))
+    .start();
+    let (st, out, err) = psql_cmd(
+        &verify_full_conn(&s, "trust_user", "pgbouncer", ""),
+        "SHOW CLIENTS",
+    );
+    assert!(st.success(), "{err}\n{}", s.log());
+    assert!(
+        out.contains("|TLSv1.2/ECDHE-ECDSA-AES128-GCM-SHA256/ECDH=X25519|"),
+        "{out}"
+    );
+    assert!(
+        s.log().contains("client_tls_ciphers: ignored") && s.log().contains("HIGH:!aNULL"),
+        "OpenSSL selectors are reported: {}",
+        s.log()
+    );
+}
+
 async fn server_leg_error(s: &Sluice) -> String {
     let e = s
         .connect("trust_user", "trust_pass", "app")
