@@ -122,6 +122,53 @@ fn protocol_and_cipher_settings_apply() {
     );
 }
 
+#[tokio::test]
+async fn client_certificate_towards_the_server() {
+    pg_with_ssl();
+    let c = Certs::get();
+    let text = |cert_lines: &str| {
+        ini(
+            &format!(
+                "auth_type = trust\nserver_tls_sslmode = verify-full\n\
+                 server_tls_ca_file = {{dir}}/ca.crt\n{cert_lines}"
+            ),
+            DB_BY_NAME,
+        )
+    };
+    let s = builder(&text(
+        "server_tls_cert_file = {dir}/pg_client.crt\nserver_tls_key_file = {dir}/pg_client.key\n",
+    ))
+    .file("pg_client.crt", &c.client_cert_user.cert)
+    .file("pg_client.key", &c.client_cert_user.key)
+    .userlist("\"cert_user\" \"\"\n")
+    .start();
+    let client = s
+        .connect("cert_user", "", "app")
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", s.log()));
+    let row = client
+        .query_one("SELECT current_user::text", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "cert_user");
+
+    // Without the certificate PostgreSQL refuses the login, and the client hears why.
+    let s = builder(&text("")).userlist("\"cert_user\" \"\"\n").start();
+    let msg = server_leg_error_as(&s, "cert_user").await;
+    assert!(msg.contains("certificate"), "{msg}");
+}
+
+async fn server_leg_error_as(s: &Sluice, user: &str) -> String {
+    let e = s
+        .connect(user, "", "app")
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("login succeeded\n{}", s.log()));
+    e.as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_else(|| e.to_string())
+}
+
 async fn server_leg_error(s: &Sluice) -> String {
     let e = s
         .connect("trust_user", "trust_pass", "app")

@@ -37,6 +37,8 @@ pub struct Certs {
     pub client_trust_user: Pem,
     pub client_md5_user: Pem,
     pub client_untrusted: Pem,
+    /// Sluice's client certificate towards PostgreSQL: CN = cert_user (ca).
+    pub client_cert_user: Pem,
 }
 
 fn ca(name: &str, alg: &'static rcgen::SignatureAlgorithm) -> Ca {
@@ -95,6 +97,7 @@ impl Certs {
                 client_trust_user: leaf(&ca1, "trust_user", &[], false, false),
                 client_md5_user: leaf(&ca1, "md5_user", &[], false, false),
                 client_untrusted: leaf(&ca2, "trust_user", &[], false, false),
+                client_cert_user: leaf(&ca1, "cert_user", &[], false, false),
                 ca: ca1,
                 other_ca: ca2,
             }

@@ -26,7 +26,9 @@ fn write_for_postgres(path: &Path, text: &str, mode: u32) {
 }
 
 /// This test binary's cluster, with ssl=on and the `Certs::pg` certificate (signed by `Certs::ca`,
-/// valid for "localhost" only). Plaintext connections keep working (hba `host` lines).
+/// valid for "localhost" only). Plaintext connections keep working (hba `host` lines). Role
+/// `cert_user` may log in only over TLS with a client certificate (`hostssl ... cert`) signed by
+/// `Certs::ca` with CN = cert_user.
 pub fn pg_with_ssl() -> &'static PgCluster {
     static DONE: OnceLock<()> = OnceLock::new();
     let pg = PgCluster::get();
@@ -34,6 +36,22 @@ pub fn pg_with_ssl() -> &'static PgCluster {
         let c = Certs::get();
         write_for_postgres(&pg.data_dir.join("sluice-test.crt"), &c.pg.cert, 0o644);
         write_for_postgres(&pg.data_dir.join("sluice-test.key"), &c.pg.key, 0o600);
+        write_for_postgres(
+            &pg.data_dir.join("sluice-test-ca.crt"),
+            &c.ca.pem.cert,
+            0o644,
+        );
+        let hba = pg.data_dir.join("pg_hba.conf");
+        let old = fs::read_to_string(&hba).unwrap();
+        let line =
+            "hostssl all cert_user 127.0.0.1/32 cert\nhost all cert_user 127.0.0.1/32 reject\n";
+        write_for_postgres(&hba, &format!("{line}{old}"), 0o600);
+        pg.psql("postgres", "CREATE ROLE cert_user LOGIN");
+        pg.psql("postgres", "GRANT CONNECT ON DATABASE app TO cert_user");
+        pg.psql(
+            "postgres",
+            "ALTER SYSTEM SET ssl_ca_file = 'sluice-test-ca.crt'",
+        );
         pg.psql(
             "postgres",
             "ALTER SYSTEM SET ssl_cert_file = 'sluice-test.crt'",
