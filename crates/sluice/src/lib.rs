@@ -21,6 +21,7 @@ pub mod scram_cache;
 pub mod server;
 pub mod session_state;
 pub mod stats;
+pub mod tls;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -2,6 +2,7 @@
 //! the session loop. One file per phase; this file wires them and owns the disconnect logging.
 
 pub mod auth;
+pub mod cert_auth;
 pub mod hba_check;
 pub mod kill;
 pub mod login;
@@ -32,6 +33,8 @@ pub struct ClientConn {
     pub peer: PeerAddr,
     /// "db/user@addr" once known, for log lines.
     pub label: String,
+    /// TLS facts of this connection (plaintext: `is_tls` false), for auth and HBA rules.
+    pub tls: crate::tls::TlsFacts,
 }
 
 impl ClientConn {
@@ -44,6 +47,7 @@ impl ClientConn {
             wbuf: BytesMut::with_capacity(512),
             peer,
             label,
+            tls: crate::tls::TlsFacts::default(),
         }
     }
 
@@ -107,7 +111,7 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
     let (_guard, count) = ClientGuard::new(&app);
     let id = app.next_client_id();
     let registration = app.registry.register(id, peer.clone());
-    if let Stream::Tcp(s) = &stream {
+    if let Some(s) = stream.tcp() {
         if let Ok(a) = s.local_addr() {
             let _ = registration.entry.local_addr.set(a);
         }
@@ -175,7 +179,12 @@ async fn run(
     let accepted = tokio::time::Instant::now();
     let login = async {
         let info = match startup::read_startup(app, client).await {
-            Ok(startup::Startup::Login(info)) => info,
+            Ok(startup::Startup::Login(info)) => {
+                if client.tls.is_tls {
+                    let _ = entry.tls.set(client.tls.description.clone());
+                }
+                info
+            }
             Ok(startup::Startup::Done) => return Err(EndReason::NoSession),
             Err(e) => return Err(e),
         };
