@@ -601,3 +601,63 @@ fn channel_binding_with_scram_pass_through() {
     let secret = pg.stored_secret("scram_user");
     channel_binding_case(&format!("\"scram_user\" \"{secret}\"\n"));
 }
+
+/// auth_type = hba sees the TLS facts: hostssl / hostnossl pick rules by transport, and a `cert`
+/// rule admits a client whose verified certificate CN is the user.
+#[test]
+fn hba_rules_use_the_tls_facts() {
+    let hba = "hostssl app md5_user 127.0.0.1/32 md5\n\
+               hostnossl app md5_user 127.0.0.1/32 reject\n\
+               hostssl app trust_user 127.0.0.1/32 cert\n\
+               host all all 127.0.0.1/32 reject\n";
+    let s = builder(&ini(
+        "auth_type = hba\nauth_hba_file = {dir}/hba.conf\nclient_tls_sslmode = prefer\n\
+         client_tls_ca_file = {dir}/ca.crt\nserver_tls_sslmode = disable\n",
+        DB_BY_IP,
+    ))
+    .file("hba.conf", hba)
+    .start();
+    let c = Certs::get();
+    let dir = s.dir.path().to_path_buf();
+    for (name, pem) in [
+        ("trust_user", &c.client_trust_user),
+        ("md5_user", &c.client_md5_user),
+    ] {
+        write_private(&dir.join(format!("{name}.crt")), &pem.cert);
+        write_private(&dir.join(format!("{name}.key")), &pem.key);
+    }
+    let conn = |user: &str, ssl: &str| {
+        format!(
+            "host=127.0.0.1 port={} dbname=app user={user} password=md5_pass {ssl} connect_timeout=5",
+            s.port
+        )
+    };
+
+    // Same user and address: TLS matches the hostssl md5 line, plaintext the hostnossl reject.
+    let (st, out, err) = psql_cmd(&conn("md5_user", "sslmode=require"), "SELECT current_user");
+    assert!(st.success(), "{err}\n{}", s.log());
+    assert_eq!(out.trim(), "md5_user");
+    let (st, _, err) = psql_cmd(&conn("md5_user", "sslmode=disable"), "SELECT 1");
+    assert!(!st.success(), "hostnossl reject ignored");
+    assert!(err.contains("md5_user"), "{err}");
+
+    // cert rule: the CN must be the user.
+    let cert = |name: &str| {
+        format!(
+            "sslmode=require sslcert={0}/{name}.crt sslkey={0}/{name}.key",
+            dir.display()
+        )
+    };
+    let (st, out, err) = psql_cmd(
+        &conn("trust_user", &cert("trust_user")),
+        "SELECT current_user",
+    );
+    assert!(st.success(), "{err}\n{}", s.log());
+    assert_eq!(out.trim(), "trust_user");
+    let (st, _, err) = psql_cmd(&conn("trust_user", &cert("md5_user")), "SELECT 1");
+    assert!(!st.success(), "certificate of another user accepted");
+    assert!(err.contains("trust_user"), "{err}");
+    // No certificate at all over TLS.
+    let (st, _, _) = psql_cmd(&conn("trust_user", "sslmode=require"), "SELECT 1");
+    assert!(!st.success(), "cert rule without a certificate accepted");
+}
