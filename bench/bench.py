@@ -3,16 +3,26 @@
 
 Started by bench/run.sh. Environment:
   SLUICE_BIN        sluice binary (empty or failing to start: Sluice is skipped)
-  BENCH_DURATION    seconds per pgbench run (default 10)
-  BENCH_REPEATS     repetitions of the whole scenario list (default 1)
-  BENCH_SCALE       pgbench -i scale (default 10)
-  BENCH_TARGETS     comma list out of direct,pgbouncer,sluice (default all)
-  BENCH_SCENARIOS   comma list of scenario names (default all)
-  PGBOUNCER_BIN     default /usr/sbin/pgbouncer
+  BENCH_DURATION      seconds per pgbench run (default 10)
+  BENCH_REPEATS       repetitions of the whole scenario list, interleaved (default 3)
+  BENCH_SCALE         pgbench -i scale (default 10)
+  BENCH_TARGETS       comma list out of direct,pgbouncer,sluice,sluice_w1 (default all);
+                      sluice_w1 is Sluice with `[sluice] workers = 1`, run for the -S scenarios only
+  BENCH_SCENARIOS     comma list of scenario names (default all, see SCENARIOS)
+  BENCH_IDLE_CLIENTS  idle logged-in clients held open by the idle_clients scenario (default 10000)
+  BENCH_IDLE_BATCH    concurrent logins while opening them (default 500)
+  PGBOUNCER_BIN       default /usr/sbin/pgbouncer
+
+Per run: tps, latency p50/p95/p99 (from pgbench --log), pooler CPU per transaction (per login
+for the -C scenarios), peak RSS; idle_clients: pooler RSS per idle client. Then a summary over the
+repeats: median and min-max per scenario x target, and Sluice/PgBouncer ratios.
 """
 
+import asyncio
+import collections
 import datetime
 import glob
+import hashlib
 import json
 import os
 import re
@@ -21,6 +31,7 @@ import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -30,20 +41,41 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IS_ROOT = os.geteuid() == 0
 AS_PG = ["runuser", "-u", "postgres", "--"] if IS_ROOT else []
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-USER, PASSWORD, DB = "bench_user", "bench_pass", "bench"
+USER, PASSWORD, DB = "bench_user", "bench_pass", "bench"  # SCRAM secret
+MD5_USER, MD5_PASSWORD = "bench_md5", "bench_md5_pass"  # md5 secret
+PASSWORDS = {USER: PASSWORD, MD5_USER: MD5_PASSWORD}
+TARGETS = ["direct", "pgbouncer", "sluice", "sluice_w1"]
+POOLERS = TARGETS[1:]
+
+def scenario(name, args, clients, user=USER, kind="pgbench", w1=False):
+    """kind: pgbench (cpu per transaction), login (-C: one login per transaction, cpu per login),
+    idle (hold idle logged-in clients, RSS per client; poolers only). w1: also run on sluice_w1."""
+    return {"name": name, "args": args, "clients": clients, "user": user, "kind": kind, "w1": w1}
+
 
 SCENARIOS = [
-    # name, pgbench args (besides connection/duration), clients
-    ("select_c10", ["-S"], 10),
-    ("select_c100", ["-S"], 100),
-    ("select_c1000", ["-S"], 1000),
-    ("connect_select1_c20", ["-C", "-f", "{select1}"], 20),
-    ("tpcb_c50", [], 50),
-    ("select_extended_c50", ["-S", "-M", "extended"], 50),
+    scenario("select_c10", ["-S"], 10, w1=True),
+    scenario("select_c100", ["-S"], 100, w1=True),
+    scenario("select_c1000", ["-S"], 1000, w1=True),
+    # New client login per transaction: SCRAM secret (pass-through to the server) and md5 secret.
+    scenario("connect_select1_c20", ["-C", "-f", "{select1}"], 20, kind="login"),
+    scenario("connect_md5_select1_c20", ["-C", "-f", "{select1}"], 20, user=MD5_USER, kind="login"),
+    scenario("tpcb_c50", [], 50),
+    scenario("select_extended_c50", ["-S", "-M", "extended"], 50),
     # Named prepared statements through transaction pooling (PgBouncer >= 1.21 remaps them;
     # the Debian PgBouncer 1.18 does not, so its row shows the failures operators used to get).
-    ("select_prepared_c50", ["-S", "-M", "prepared"], 50),
+    scenario("select_prepared_c50", ["-S", "-M", "prepared"], 50),
+    # Clients = BENCH_IDLE_CLIENTS, filled in by main().
+    scenario("idle_clients", [], None, user=MD5_USER, kind="idle"),
 ]
+
+
+def applies(sc, target):
+    if target == "sluice_w1":
+        return sc["w1"]
+    if sc["kind"] == "idle":
+        return target != "direct"
+    return True
 
 
 def log(msg):
@@ -97,11 +129,28 @@ def proc_cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
 
 
-def proc_hwm_kb(pid):
+def proc_status_kb(pid, key):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
+    return None
+
+
+def proc_hwm_kb(pid):
+    return proc_status_kb(pid, "VmHWM")
+
+
+def proc_nofile(pid):
+    """Soft RLIMIT_NOFILE of a running process."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    v = line.split()[3]
+                    return int(v) if v.isdigit() else v
+    except OSError:
+        pass
     return None
 
 
@@ -156,12 +205,18 @@ synchronous_commit = off
 full_page_writes = off
 """)
         with open(os.path.join(self.data, "pg_hba.conf"), "w") as f:
-            f.write("local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
+            # md5: SCRAM for roles with a SCRAM secret, md5 for roles with an md5 secret.
+            f.write("local all all trust\nhost all all 127.0.0.1/32 md5\n")
         run(AS_PG + [f"{self.bindir}/pg_ctl", "-D", self.data, "-l", os.path.join(self.data, "postgres.log"),
                      "-w", "start"], stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         self.started = True
         self.psql("postgres", f"CREATE ROLE {USER} LOGIN PASSWORD '{PASSWORD}'")
         self.psql("postgres", f"CREATE DATABASE {DB} OWNER {USER}")
+        self.psql("postgres", f"SET password_encryption = 'md5'; "
+                              f"CREATE ROLE {MD5_USER} LOGIN PASSWORD '{MD5_PASSWORD}'")
+
+    def secret(self, user):
+        return self.psql("postgres", f"SELECT rolpassword FROM pg_authid WHERE rolname = '{user}'")
 
     def psql(self, db, sql):
         out = run([f"{self.bindir}/psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", self.sock,
@@ -170,7 +225,8 @@ full_page_writes = off
         return out.stdout.strip()
 
     def terminate_user_backends(self):
-        self.psql("postgres", f"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '{USER}'")
+        self.psql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              f"WHERE usename IN ('{USER}', '{MD5_USER}')")
         time.sleep(0.2)
 
     def version(self):
@@ -190,11 +246,11 @@ POOLER_INI = """[databases]
 listen_addr = 127.0.0.1
 listen_port = {port}
 unix_socket_dir = {dir}
-auth_type = scram-sha-256
+auth_type = md5
 auth_file = {dir}/userlist.txt
 pool_mode = transaction
 default_pool_size = 20
-max_client_conn = 2000
+max_client_conn = {max_client_conn}
 log_connections = 0
 log_disconnections = 0
 ignore_startup_parameters = extra_float_digits
@@ -204,7 +260,8 @@ ignore_startup_parameters = extra_float_digits
 class Pooler:
     """PgBouncer or Sluice with an identical pgbouncer.ini (only port and dir differ)."""
 
-    def __init__(self, name, cmd_prefix, binary, base, cluster, secret, owner_pg):
+    def __init__(self, name, cmd_prefix, binary, base, cluster, secrets, owner_pg, nofile, max_client_conn,
+                 extra_ini=""):
         self.name, self.binary = name, binary
         self.dir = os.path.join(base, name)
         os.mkdir(self.dir)
@@ -214,12 +271,14 @@ class Pooler:
         self.port = free_port()
         ini = os.path.join(self.dir, "pgbouncer.ini")
         with open(ini, "w") as f:
-            f.write(POOLER_INI.format(db=DB, pg_port=cluster.port, port=self.port, dir=self.dir))
+            f.write(POOLER_INI.format(db=DB, pg_port=cluster.port, port=self.port, dir=self.dir,
+                                      max_client_conn=max_client_conn) + extra_ini)
         with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
-            f.write(f'"{USER}" "{secret}"\n')
+            for user, secret in secrets.items():
+                f.write(f'"{user}" "{secret}"\n')
         self.log_path = os.path.join(self.dir, "pooler.log")
-        # runuser's PAM session resets RLIMIT_NOFILE to 1024; raise it again for 2000 clients.
-        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        # runuser's PAM session resets the soft RLIMIT_NOFILE to 1024; raise it again to the bench
+        # process's own (sized for BENCH_IDLE_CLIENTS). Started directly, Sluice inherits it.
         if cmd_prefix:
             self.cmd = cmd_prefix + ["sh", "-c", f'ulimit -n {nofile} 2>/dev/null || ulimit -n 4096; exec "$0" "$1"',
                                      binary, ini]
@@ -230,7 +289,7 @@ class Pooler:
         self.pid = None
 
     def start(self):
-        logf = open(self.log_path, "w")
+        logf = open(self.log_path, "a")
         if self.runner_pid_is_child:
             os.chmod(self.log_path, 0o666)
         self.proc = subprocess.Popen(self.cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -254,6 +313,10 @@ class Pooler:
                 return "".join(f.readlines()[-n:])
         except OSError:
             return ""
+
+    def restart(self):
+        self.stop()
+        return self.start()
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -293,12 +356,37 @@ def parse_pgbench(out, err):
     return r
 
 
-def run_scenario(scenario, target_name, port, pooler, duration, select1):
-    name, extra, clients = scenario
-    args = [a.replace("{select1}", select1) for a in extra]
-    cmd = ["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", USER,
-           "-c", str(clients), "-j", "2", "-T", str(duration)] + args + [DB]
-    env = dict(os.environ, PGPASSWORD=PASSWORD, PGCONNECT_TIMEOUT="15")
+def percentiles_ms(prefix):
+    """p50/p95/p99 in ms from pgbench --log files <prefix>.<pid>[.<thread>] (deleted afterwards).
+    Field 3 of each line is the transaction's latency in microseconds ("failed"/"skipped" lines are
+    left out)."""
+    lat = []
+    for path in glob.glob(glob.escape(prefix) + ".*"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    fields = line.split(maxsplit=3)
+                    if len(fields) >= 3 and fields[2].isdigit():
+                        lat.append(int(fields[2]))
+        finally:
+            os.unlink(path)
+    if not lat:
+        return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "logged_tx": 0}
+    lat.sort()
+
+    def rank(q):  # nearest-rank percentile
+        return round(lat[min(len(lat) - 1, max(0, -(-len(lat) * q // 100) - 1))] / 1000, 3)
+
+    return {"p50_ms": rank(50), "p95_ms": rank(95), "p99_ms": rank(99), "logged_tx": len(lat)}
+
+
+def run_scenario(sc, target_name, port, pooler, duration, select1, log_prefix):
+    name, clients, user = sc["name"], sc["clients"], sc["user"]
+    args = [a.replace("{select1}", select1) for a in sc["args"]]
+    cmd = ["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", user,
+           "-c", str(clients), "-j", "2", "-T", str(duration),
+           "--log", f"--log-prefix={log_prefix}"] + args + [DB]
+    env = dict(os.environ, PGPASSWORD=PASSWORDS[user], PGCONNECT_TIMEOUT="15")
     pid = pooler.pid if pooler else None
     if pid:
         reset_hwm(pid)
@@ -310,16 +398,20 @@ def run_scenario(scenario, target_name, port, pooler, duration, select1):
     except subprocess.TimeoutExpired as e:
         out, err, rc = (e.stdout or b"").decode(errors="replace"), "pgbench timed out", -1
     wall = time.time() - t0
-    r = {"scenario": name, "target": target_name, "clients": clients, "exit_code": rc,
-         "wall_s": round(wall, 2)}
+    r = {"scenario": name, "kind": sc["kind"], "target": target_name, "clients": clients, "user": user,
+         "exit_code": rc, "wall_s": round(wall, 2)}
     r.update(parse_pgbench(out, err))
+    r.update(percentiles_ms(log_prefix))
     r["cpu_us_per_tx"] = None
+    r["cpu_us_per_login"] = None
     r["peak_rss_kb"] = None
     if pid and pooler.alive():
         cpu = (proc_cpu_ticks(pid) - cpu0) / CLK_TCK * 1e6
         r["cpu_s"] = round(cpu / 1e6, 3)
         if r["transactions"]:
             r["cpu_us_per_tx"] = round(cpu / r["transactions"], 2)
+            if sc["kind"] == "login":  # -C: every transaction is a new client login
+                r["cpu_us_per_login"] = r["cpu_us_per_tx"]
         r["peak_rss_kb"] = proc_hwm_kb(pid)
     ok = rc == 0 and r["tps"] is not None and not r["aborted_clients"]
     r["status"] = "ok" if ok else "FAILED"
@@ -334,6 +426,143 @@ def run_scenario(scenario, target_name, port, pooler, duration, select1):
     return r
 
 
+# --- idle clients: a minimal asyncio frontend (StartupMessage, md5 password, until ReadyForQuery) ---
+
+AUTH_NAMES = {0: "trust", 3: "cleartext", 5: "md5", 10: "SCRAM-SHA-256"}
+
+
+def startup_message(user):
+    params = f"user\0{user}\0database\0{DB}\0\0".encode()
+    return struct.pack("!ii", 8 + len(params), 196608) + params
+
+
+async def read_msg(reader):
+    hdr = await reader.readexactly(5)
+    (length,) = struct.unpack("!i", hdr[1:])
+    return hdr[:1], await reader.readexactly(length - 4)
+
+
+def error_text(body):
+    fields = dict((f[:1], f[1:]) for f in body.split(b"\0") if f)
+    return (fields.get(b"C", b"") + b" " + fields.get(b"M", b"")).decode(errors="replace").strip()
+
+
+async def login(port, user, password):
+    """Log in; returns (reader, writer) at ReadyForQuery. Raises on any error."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(startup_message(user))
+        while True:
+            typ, body = await read_msg(reader)
+            if typ == b"R":
+                (code,) = struct.unpack("!i", body[:4])
+                if code == 5:
+                    inner = hashlib.md5((password + user).encode()).hexdigest()
+                    digest = "md5" + hashlib.md5(inner.encode() + body[4:8]).hexdigest()
+                    pw = digest.encode() + b"\0"
+                    writer.write(b"p" + struct.pack("!i", 4 + len(pw)) + pw)
+                elif code != 0:
+                    raise RuntimeError(f"unsupported authentication request {AUTH_NAMES.get(code, code)}")
+            elif typ == b"E":
+                raise RuntimeError(error_text(body))
+            elif typ == b"Z":
+                return reader, writer
+    except BaseException:
+        writer.close()
+        raise
+
+
+async def auth_method(port, user):
+    """The authentication the server asks `user` for (first AuthenticationRequest), then hang up."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
+    except (OSError, asyncio.TimeoutError) as e:
+        return f"error: {e}"
+    try:
+        writer.write(startup_message(user))
+        typ, body = await asyncio.wait_for(read_msg(reader), 10)
+        if typ == b"R":
+            (code,) = struct.unpack("!i", body[:4])
+            return AUTH_NAMES.get(code, f"code {code}")
+        return f"error: {error_text(body)}" if typ == b"E" else f"message {typ!r}"
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+        return f"error: {e!r}"
+    finally:
+        writer.close()
+
+
+def probe_auth(port):
+    async def both():
+        return {u: await auth_method(port, u) for u in (USER, MD5_USER)}
+    return asyncio.run(both())
+
+
+async def hold_idle(port, user, password, n, batch, on_held):
+    """Open n logged-in connections, at most `batch` logins in flight; call on_held(connected,
+    errors) while all are held, then close them."""
+    sem = asyncio.Semaphore(batch)
+    conns, errors = [], collections.Counter()
+
+    async def one():
+        async with sem:
+            try:
+                conns.append(await asyncio.wait_for(login(port, user, password), 60))
+            except Exception as e:  # noqa: BLE001 - every failure is counted and reported
+                errors[(str(e) or type(e).__name__)[:120]] += 1
+
+    t0 = time.time()
+    await asyncio.gather(*(one() for _ in range(n)))
+    open_s = time.time() - t0
+    await asyncio.sleep(1.0)  # let the pooler settle
+    # A held client that the pooler dropped meanwhile shows up as EOF.
+    alive = sum(1 for r, _ in conns if not r.at_eof())
+    result = on_held(alive, errors, open_s)
+    for _, w in conns:
+        try:
+            w.write(b"X\0\0\0\4")
+            w.close()
+        except Exception:  # noqa: BLE001
+            pass
+    await asyncio.sleep(0.5)
+    return result
+
+
+def run_idle(sc, target_name, pooler, batch):
+    n = sc["clients"]
+    r = {"scenario": sc["name"], "kind": "idle", "target": target_name, "clients": n, "user": sc["user"]}
+    pid = pooler.pid
+    r["pooler_nofile"] = proc_nofile(pid)
+    time.sleep(0.5)
+    rss0 = proc_status_kb(pid, "VmRSS")
+    cpu0 = proc_cpu_ticks(pid)
+    t0 = time.time()
+
+    def on_held(alive, errors, open_s):
+        rss1 = proc_status_kb(pid, "VmRSS") if pooler.alive() else None
+        cpu = (proc_cpu_ticks(pid) - cpu0) / CLK_TCK * 1e6 if pooler.alive() else None
+        return alive, errors, open_s, rss1, cpu
+
+    alive, errors, open_s, rss1, cpu = asyncio.run(hold_idle(pooler.port, sc["user"], PASSWORDS[sc["user"]],
+                                                             n, batch, on_held))
+    r.update({"wall_s": round(time.time() - t0, 2), "open_s": round(open_s, 2), "connected": alive,
+              "rss_before_kb": rss0, "rss_after_kb": rss1, "errors": dict(errors.most_common(5))})
+    r["kib_per_client"] = round((rss1 - rss0) / alive, 2) if alive and rss1 is not None else None
+    if cpu is not None:
+        r["cpu_s"] = round(cpu / 1e6, 3)
+    r["status"] = "ok" if alive == n and pooler.alive() else "FAILED"
+    if r["status"] != "ok":
+        msg = [f"only {alive}/{n} idle clients logged in and held (pooler soft NOFILE limit "
+               f"{r['pooler_nofile']})"]
+        msg += [f"{c} x {e}" for e, c in errors.most_common(3)]
+        tail = [ln for ln in pooler.log_tail(200).splitlines()
+                if re.search(r"too many|open files|EMFILE|max_client_conn|accept", ln, re.I)]
+        msg += tail[-3:]
+        if not pooler.alive():
+            msg.append(f"{pooler.name} died; log:\n" + pooler.log_tail())
+        r["error"] = "\n".join(msg)
+    return r
+
+
 def fmt(v, nd=1):
     if v is None:
         return "-"
@@ -342,46 +571,142 @@ def fmt(v, nd=1):
     return str(v)
 
 
-def print_table(results):
-    hdr = ["scenario", "target", "tps", "lat ms", "failed", "aborted", "cpu us/tx", "peak RSS MB", "status"]
-    rows = []
-    for r in results:
-        rss = r["peak_rss_kb"] / 1024 if r["peak_rss_kb"] else None
-        rows.append([r["scenario"], r["target"], fmt(r["tps"]), fmt(r["latency_ms"], 3), fmt(r["failed"]),
-                     fmt(r["aborted_clients"]), fmt(r["cpu_us_per_tx"], 1), fmt(rss, 1), r["status"]])
+def print_rows(hdr, rows, left=2):
     widths = [max(len(str(x)) for x in col) for col in zip(hdr, *rows)]
-    line = "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(hdr, widths)))
-    print(line)
-    print("-" * len(line))
+
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if i < left else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    head = line(hdr)
+    print(head)
+    print("-" * len(head))
     prev = None
     for row in rows:
         if prev is not None and row[0] != prev:
             print()
         prev = row[0]
-        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        print(line(row))
+
+
+def print_table(results, scenario_order):
+    hdr = ["scenario", "target", "rep", "clients", "tps", "p50 ms", "p99 ms", "failed", "aborted", "cpu us/tx",
+           "cpu us/login", "KiB/client", "peak RSS MB", "status"]
+    rows = []
+    for r in sorted(results, key=lambda r: (scenario_order.get(r["scenario"], 99), TARGETS.index(r["target"]),
+                                            r.get("repeat", 0))):
+        rss = r["peak_rss_kb"] / 1024 if r.get("peak_rss_kb") else None
+        cpu_tx = r["cpu_us_per_tx"] if r.get("kind") == "pgbench" else None
+        rows.append([r["scenario"], r["target"], r.get("repeat", 0) + 1, fmt(r.get("clients")), fmt(r["tps"]),
+                     fmt(r["p50_ms"], 3), fmt(r["p99_ms"], 3), fmt(r["failed"]), fmt(r["aborted_clients"]),
+                     fmt(cpu_tx), fmt(r["cpu_us_per_login"]), fmt(r["kib_per_client"], 2), fmt(rss),
+                     r["status"]])
+    print_rows(hdr, rows)
+
+
+def summarize(results, scenarios):
+    """Per scenario x target over the repeats (failed runs excluded): median, min, max; ratios of the
+    medians Sluice (and sluice_w1) / PgBouncer."""
+    out = []
+    for sc in scenarios:
+        med = {}
+        for t in TARGETS:
+            runs = [r for r in results if r["scenario"] == sc["name"] and r["target"] == t]
+            if not runs:
+                continue
+            ok = [r for r in runs if r["status"] == "ok"]
+            row = {"scenario": sc["name"], "kind": sc["kind"], "target": t, "runs": len(runs), "ok_runs": len(ok)}
+            cpu_key = {"pgbench": "cpu_us_per_tx", "login": "cpu_us_per_login"}.get(sc["kind"])
+            for key in ("tps", "p50_ms", "p95_ms", "p99_ms", "cpu_us_per_tx", "cpu_us_per_login",
+                        "kib_per_client"):
+                vals = [r[key] for r in ok if r.get(key) is not None]
+                row[key] = ({"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+                            if vals else None)
+            row["_cpu"] = row[cpu_key] if cpu_key else None
+            med[t] = row
+            out.append(row)
+        base = med.get("pgbouncer")
+        for t in ("sluice", "sluice_w1"):
+            row = med.get(t)
+            if not row:
+                continue
+            for key, name in (("_cpu", "cpu_ratio_vs_pgbouncer"), ("tps", "tps_ratio_vs_pgbouncer"),
+                              ("kib_per_client", "kib_ratio_vs_pgbouncer")):
+                a, b = row.get(key), base.get(key) if base else None
+                row[name] = round(a["median"] / b["median"], 3) if a and b and b["median"] else None
+    for row in out:
+        row.pop("_cpu", None)
+    return out
+
+
+def print_summary(summary):
+    hdr = ["scenario", "target", "ok/runs", "tps median (min-max)", "p99 ms", "cpu us/tx", "cpu us/login",
+           "KiB/client", "cpu S/P", "tps S/P", "KiB S/P"]
+
+    def _sp(v, nd):
+        if not v:
+            return "-"
+        if v["n"] == 1:
+            return fmt(float(v["median"]), nd)
+        return f"{fmt(float(v['median']), nd)} ({fmt(float(v['min']), nd)}-{fmt(float(v['max']), nd)})"
+
+    rows = []
+    for row in summary:
+        cpu_tx = row["cpu_us_per_tx"] if row["kind"] == "pgbench" else None
+        rows.append([row["scenario"], row["target"], f"{row['ok_runs']}/{row['runs']}", _sp(row["tps"], 0),
+                     _sp(row["p99_ms"], 2), _sp(cpu_tx, 1), _sp(row["cpu_us_per_login"], 1),
+                     _sp(row["kib_per_client"], 2), fmt(row.get("cpu_ratio_vs_pgbouncer"), 2),
+                     fmt(row.get("tps_ratio_vs_pgbouncer"), 2), fmt(row.get("kib_ratio_vs_pgbouncer"), 2)])
+    print_rows(hdr, rows)
 
 
 def main():
     duration = int(os.environ.get("BENCH_DURATION", "10"))
-    repeats = int(os.environ.get("BENCH_REPEATS", "1"))
+    repeats = int(os.environ.get("BENCH_REPEATS", "3"))
     scale = int(os.environ.get("BENCH_SCALE", "10"))
-    targets = [t for t in os.environ.get("BENCH_TARGETS", "direct,pgbouncer,sluice").split(",") if t]
+    idle_n = int(os.environ.get("BENCH_IDLE_CLIENTS", "10000"))
+    idle_batch = int(os.environ.get("BENCH_IDLE_BATCH", "500"))
+    targets = [t for t in os.environ.get("BENCH_TARGETS", ",".join(TARGETS)).split(",") if t]
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown:
+        sys.exit(f"unknown BENCH_TARGETS {unknown}; known: {','.join(TARGETS)}")
     wanted = [s for s in os.environ.get("BENCH_SCENARIOS", "").split(",") if s]
-    scenarios = [s for s in SCENARIOS if not wanted or s[0] in wanted]
+    unknown = [s for s in wanted if s not in [sc["name"] for sc in SCENARIOS]]
+    if unknown:
+        sys.exit(f"unknown BENCH_SCENARIOS {unknown}; known: {','.join(sc['name'] for sc in SCENARIOS)}")
+    scenarios = [dict(sc) for sc in SCENARIOS if not wanted or sc["name"] in wanted]
+    for sc in scenarios:
+        if sc["kind"] == "idle":
+            sc["clients"] = idle_n
+    scenario_order = {sc["name"]: i for i, sc in enumerate(scenarios)}
     sluice_bin = os.environ.get("SLUICE_BIN", "")
     pgbouncer_bin = os.environ.get("PGBOUNCER_BIN", "/usr/sbin/pgbouncer")
+    skipped = {}
 
+    # File descriptors: this process holds the idle clients, the poolers hold them too (PgBouncer
+    # gets this soft limit through `ulimit -n`, Sluice inherits it).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = 8192 if hard == resource.RLIM_INFINITY else min(hard, 8192)
-    if soft != resource.RLIM_INFINITY and soft < want:
+    need = idle_n + 256 if any(sc["kind"] == "idle" for sc in scenarios) else 0
+    want = max(8192, idle_n + 1024 if need else 0)
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        want = soft
+    else:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if need and nofile != resource.RLIM_INFINITY and nofile < need:
+        why = (f"SKIP idle_clients: RLIMIT_NOFILE hard limit {hard} < {need} needed for {idle_n} idle clients "
+               f"(lower BENCH_IDLE_CLIENTS or raise the hard limit)")
+        log(why)
+        skipped["idle_clients"] = why
+        scenarios = [sc for sc in scenarios if sc["kind"] != "idle"]
+    max_client_conn = max(2000, idle_n + 100)
 
     base = tempfile.mkdtemp(prefix="sluice-bench-")
     os.chmod(base, 0o755)
     cluster = Cluster(base)
     poolers = {}
     results = []
-    skipped = {}
     try:
         log(f"starting PostgreSQL (port {cluster.port}) in {base}")
         cluster.start()
@@ -389,59 +714,77 @@ def main():
         env = dict(os.environ, PGPASSWORD=PASSWORD)
         run(["pgbench", "-i", "-q", "-s", str(scale), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", USER, DB],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        secret = cluster.psql("postgres", f"SELECT rolpassword FROM pg_authid WHERE rolname = '{USER}'")
+        secrets = {u: cluster.secret(u) for u in (USER, MD5_USER)}
         select1 = os.path.join(base, "select1.sql")
         with open(select1, "w") as f:
             f.write("SELECT 1;\n")
         os.chmod(select1, 0o644)
+        pglog_dir = os.path.join(base, "pgbench-log")
+        os.mkdir(pglog_dir)
 
-        if "pgbouncer" in targets:
-            if os.access(pgbouncer_bin, os.X_OK):
-                p = Pooler("pgbouncer", AS_PG, pgbouncer_bin, base, cluster, secret, owner_pg=True)
-                if p.start():
-                    poolers["pgbouncer"] = p
-                else:
-                    skipped["pgbouncer"] = "failed to start:\n" + p.log_tail()
+        specs = {
+            "pgbouncer": (AS_PG, pgbouncer_bin, True, "", f"{pgbouncer_bin} not found"),
+            "sluice": ([], sluice_bin, False, "", "binary not available (build failed?)"),
+            "sluice_w1": ([], sluice_bin, False, "\n[sluice]\nworkers = 1\n", "binary not available (build failed?)"),
+        }
+        for name in POOLERS:
+            if name not in targets:
+                continue
+            prefix, binary, owner_pg, extra, missing = specs[name]
+            if not (binary and os.access(binary, os.X_OK)):
+                skipped[name] = missing
+                continue
+            p = Pooler(name, prefix, binary, base, cluster, secrets, owner_pg, nofile, max_client_conn, extra)
+            if p.start():
+                poolers[name] = p
             else:
-                skipped["pgbouncer"] = f"{pgbouncer_bin} not found"
-        if "sluice" in targets:
-            if sluice_bin and os.access(sluice_bin, os.X_OK):
-                p = Pooler("sluice", [], sluice_bin, base, cluster, secret, owner_pg=False)
-                if p.start():
-                    poolers["sluice"] = p
-                else:
-                    skipped["sluice"] = "failed to start:\n" + p.log_tail()
-            else:
-                skipped["sluice"] = "binary not available (build failed?)"
+                skipped[name] = "failed to start:\n" + p.log_tail()
         for name, why in skipped.items():
-            log(f"SKIPPING {name}: {why}")
+            if name in TARGETS:
+                log(f"SKIPPING {name}: {why}")
 
-        order = [t for t in ("direct", "pgbouncer", "sluice") if t in targets and t not in skipped]
-        total = repeats * len(scenarios) * len(order)
-        i = 0
-        for rep in range(repeats):
-            for sc in scenarios:
-                for t in order:
-                    i += 1
-                    log(f"[{i}/{total}] {sc[0]} via {t} ({duration}s)")
-                    if t == "direct":
-                        # Free the slots held by the poolers' idle server connections (max_connections=100).
-                        cluster.terminate_user_backends()
-                        r = run_scenario(sc, t, cluster.port, None, duration, select1)
-                    else:
-                        p = poolers[t]
-                        if not p.alive():
-                            log(f"{t} is not running; restarting")
-                            if not p.start():
-                                results.append({"scenario": sc[0], "target": t, "status": "FAILED",
-                                                "error": "restart failed"})
-                                continue
-                        r = run_scenario(sc, t, p.port, p, duration, select1)
-                    r["repeat"] = rep
-                    results.append(r)
-                    if r["status"] != "ok":
-                        log(f"  failed: {r.get('error', '')}")
-                    time.sleep(1)
+        order = [t for t in TARGETS if t in targets and t not in skipped]
+        auth = {t: probe_auth(poolers[t].port if t in poolers else cluster.port) for t in order}
+        for t, m in auth.items():
+            log(f"authentication asked by {t}: " + ", ".join(f"{u} -> {v}" for u, v in m.items()))
+        plan = [(rep, sc, t) for rep in range(repeats) for sc in scenarios for t in order if applies(sc, t)]
+        est = sum(duration + 3 if sc["kind"] != "idle" else 20 + sc["clients"] / 500 for _, sc, _ in plan)
+        log(f"{len(plan)} runs, roughly {est / 60:.0f} min")
+        for i, (rep, sc, t) in enumerate(plan, 1):
+            what = f"{sc['clients']} idle clients" if sc["kind"] == "idle" else f"{duration}s"
+            log(f"[{i}/{len(plan)}] repeat {rep + 1}: {sc['name']} via {t} ({what})")
+            # Every run starts with no server connections: direct needs the slots (max_connections=100)
+            # and each pooler then pays for its own server logins in its own run.
+            cluster.terminate_user_backends()
+            p = poolers.get(t)
+            if p is not None and not p.alive():
+                log(f"{t} is not running; restarting")
+                if not p.start():
+                    results.append({"scenario": sc["name"], "kind": sc["kind"], "target": t, "repeat": rep,
+                                    "status": "FAILED", "error": "restart failed:\n" + p.log_tail()})
+                    continue
+            if sc["kind"] == "idle":
+                # A fresh process: memory freed by earlier runs (1000 pgbench clients, the previous
+                # repeat's idle clients) would otherwise be reused and hide the cost per client.
+                if p.restart():
+                    r = run_idle(sc, t, p, idle_batch)
+                else:
+                    r = {"scenario": sc["name"], "kind": "idle", "target": t, "clients": sc["clients"],
+                         "status": "FAILED", "error": "restart failed:\n" + p.log_tail()}
+                # ... and the next runs' peak RSS does not carry the idle clients' memory.
+                p.restart()
+            else:
+                port = p.port if p is not None else cluster.port
+                r = run_scenario(sc, t, port, p, duration, select1,
+                                 os.path.join(pglog_dir, f"{sc['name']}-{t}-{rep}"))
+            r["repeat"] = rep
+            results.append(r)
+            if r["status"] != "ok":
+                log(f"  failed: {r.get('error', '')}")
+            elif sc["kind"] == "idle":
+                log(f"  {r['connected']} clients in {r['open_s']} s, RSS {r['rss_before_kb']} -> "
+                    f"{r['rss_after_kb']} KiB: {r['kib_per_client']} KiB/client")
+            time.sleep(1)
         pgb_ver = ""
         if os.access(pgbouncer_bin, os.X_OK):
             pgb_ver = subprocess.run([pgbouncer_bin, "--version"], capture_output=True, text=True).stdout
@@ -451,7 +794,10 @@ def main():
             "duration_s": duration, "repeats": repeats, "scale": scale,
             "cpus": os.cpu_count(), "postgres": cluster.version(), "pgbouncer": pgb_ver,
             "sluice_bin": sluice_bin, "git_rev": git_rev(), "skipped": skipped,
+            "targets": order, "scenarios": scenarios, "auth_methods": auth,
             "pool_mode": "transaction", "default_pool_size": 20, "max_connections": 100,
+            "max_client_conn": max_client_conn, "bench_nofile": nofile,
+            "idle_clients": idle_n, "idle_batch": idle_batch,
         }
     finally:
         for p in poolers.values():
@@ -459,29 +805,27 @@ def main():
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
 
-    full = [dict({k: None for k in ("tps", "latency_ms", "failed", "aborted_clients", "cpu_us_per_tx",
-                                    "peak_rss_kb")}, **r) for r in results]
+    keys = ("kind", "clients", "tps", "latency_ms", "p50_ms", "p95_ms", "p99_ms", "failed", "aborted_clients",
+            "cpu_us_per_tx", "cpu_us_per_login", "kib_per_client", "peak_rss_kb")
+    full = [dict({k: None for k in keys}, **r) for r in results]
+    summary = summarize(full, scenarios)
     print()
     print(f"pgbench {duration}s per run, {repeats} repeat(s), scale {scale}, {os.cpu_count()} CPUs; "
-          f"PostgreSQL {meta['postgres']}, {meta['pgbouncer']}")
-    print_table(full)
-    if repeats > 1:
-        print(f"\nmedian tps over {repeats} repeats (failed runs excluded):")
-        for sc in scenarios:
-            cells = []
-            for t in ("direct", "pgbouncer", "sluice"):
-                v = [r["tps"] for r in full if r["scenario"] == sc[0] and r["target"] == t
-                     and r["status"] == "ok" and r["tps"] is not None]
-                if any(r["scenario"] == sc[0] and r["target"] == t for r in full):
-                    cells.append(f"{t} {fmt(statistics.median(v)) if v else 'FAILED'}")
-            print(f"  {sc[0]:<22} " + "   ".join(cells))
+          f"PostgreSQL {meta['postgres']}, {meta['pgbouncer']}; idle_clients: {idle_n}")
+    print("auth: " + "; ".join(f"{t}: " + ", ".join(f"{u} {m}" for u, m in v.items()) for t, v in auth.items()))
+    print()
+    print_table(full, scenario_order)
+    print()
+    print(f"summary: median (min-max) over {repeats} repeat(s), failed runs excluded; "
+          "S/P = target median / PgBouncer median")
+    print_summary(summary)
     for name, why in skipped.items():
         print(f"\n{name} skipped: {why.splitlines()[0]}")
     outdir = os.path.join(ROOT, "bench", "results")
     os.makedirs(outdir, exist_ok=True)
     path = os.path.join(outdir, datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + ".json")
     with open(path, "w") as f:
-        json.dump({"meta": meta, "runs": full}, f, indent=2)
+        json.dump({"meta": meta, "runs": full, "summary": summary}, f, indent=2)
     print(f"\nresults: {path}")
 
 

@@ -13,7 +13,7 @@ done
 [ -x "${PGBOUNCER_BIN:-/usr/sbin/pgbouncer}" ] || echo "==> pgbouncer not installed (apt-get install pgbouncer): skipped" >&2
 
 if [ -z "${SLUICE_BIN:-}" ]; then
-    if [[ ",${BENCH_TARGETS:-sluice}," == *,sluice,* ]] && [ -z "${BENCH_NO_BUILD:-}" ]; then
+    if [[ ",${BENCH_TARGETS:-sluice}," == *,sluice* ]] && [ -z "${BENCH_NO_BUILD:-}" ]; then
         echo "==> cargo build --release -p sluice" >&2
         if cargo build --release -p sluice >&2; then
             SLUICE_BIN="$root/target/release/sluice"
