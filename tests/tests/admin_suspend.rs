@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use sluice_e2e::{error_fields, pgbench, Console, ConsoleResult, PgCluster, RawConn, Sluice};
 
 const USERLIST: &str = "\"admin\" \"adminpw\"\n\"app\" \"apppw\"\n";
@@ -233,7 +234,7 @@ async fn suspend_during_pgbench_freezes_traffic_and_resume_lets_it_finish() {
 }
 
 #[tokio::test]
-async fn suspend_is_refused_while_a_database_is_paused() {
+async fn suspend_rules_and_sigusr2() {
     let s = start("", 2);
     let mut c = admin(&s).await;
     assert_eq!(c.query("PAUSE app").await.unwrap().tag, "PAUSE");
@@ -254,6 +255,55 @@ async fn suspend_is_refused_while_a_database_is_paused() {
         c.query("RESUME").await.unwrap_err()[&b'M'],
         "pooler is not paused/suspended"
     );
+    // SIGUSR2 resumes from SUSPEND too.
+    assert_eq!(c.query("SUSPEND").await.unwrap().tag, "SUSPEND");
+    s.signal(Signal::SIGUSR2);
+    wait_state(&mut c, "suspended", "no").await;
+    let app = s.connect("app", "apppw", "app").await.unwrap();
+    app.simple_query("SELECT 1").await.unwrap();
+}
+
+#[tokio::test]
+async fn janitor_rests_while_suspended() {
+    let s = start("server_idle_timeout = 1", 2);
+    let mut c = admin(&s).await;
+    let app = s.connect("app", "apppw", "app").await.unwrap();
+    app.simple_query("SELECT 1").await.unwrap();
+    assert_eq!(c.query("SUSPEND").await.unwrap().tag, "SUSPEND");
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let idle = |p: &ConsoleResult| p.get("app", "sv_idle").unwrap_or_default();
+    assert_eq!(
+        idle(&show(&mut c, "pools").await),
+        "1",
+        "server_idle_timeout did not close the idle server while suspended"
+    );
+    assert_eq!(c.query("RESUME").await.unwrap().tag, "RESUME");
+    let until = Instant::now() + Duration::from_secs(3);
+    while idle(&show(&mut c, "pools").await) != "0" {
+        assert!(
+            Instant::now() < until,
+            "server_idle_timeout applies again after RESUME"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn graceful_shutdown_while_suspended_exits_now() {
+    let mut s = start("", 2);
+    let app = s.connect("app", "apppw", "app").await.unwrap();
+    app.simple_query("SELECT 1").await.unwrap();
+    let mut c = admin(&s).await;
+    assert_eq!(c.query("SUSPEND").await.unwrap().tag, "SUSPEND");
+    // SIGTERM would wait for the connected client; suspended, nothing could ever finish.
+    s.signal(Signal::SIGTERM);
+    assert!(
+        s.wait_exit(Duration::from_secs(5)).is_some(),
+        "still running"
+    );
+    assert!(s
+        .log()
+        .contains("suspend was in progress, going down immediately"));
 }
 
 #[tokio::test]
