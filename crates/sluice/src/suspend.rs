@@ -109,6 +109,13 @@ impl SuspendGate {
         self.parked.lock().contains_key(&id)
     }
 
+    /// Keep the clients of `all` (by `id`) that have not parked, under one lock.
+    pub fn unparked<T>(&self, mut all: Vec<T>, id: impl Fn(&T) -> u64) -> Vec<T> {
+        let parked = self.parked.lock();
+        all.retain(|c| !parked.contains_key(&id(c)));
+        all
+    }
+
     /// Completes once the gate is open (at once if it is).
     pub async fn resumed(&self) {
         let mut rx = self.watch.subscribe();
@@ -146,6 +153,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(!waiter.is_finished());
+        assert_eq!(g.unparked(vec![3u64, 7, 9], |c| *c), vec![3, 9]);
         g.resume();
         tokio::time::timeout(Duration::from_secs(5), waiter)
             .await

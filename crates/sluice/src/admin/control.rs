@@ -136,13 +136,13 @@ async fn pause(app: &App, db: Option<&str>) -> Result<(), AdminError> {
 /// Clients SUSPEND still waits for: all but the admin consoles, that have not parked (stopped
 /// reading with nothing buffered). Clients still logging in count: they park once logged in.
 fn unparked(app: &App) -> Vec<Arc<ClientEntry>> {
-    let gate = app.control.gate();
-    app.registry
+    let clients = app
+        .registry
         .all()
         .into_iter()
         .filter(|c| c.identity.get().is_none_or(|(db, _)| db != ADMIN_DB))
-        .filter(|c| !gate.is_parked(c.id))
-        .collect()
+        .collect();
+    app.control.gate().unparked(clients, |c| c.id)
 }
 
 /// SUSPEND: close the gate, then return once every client has parked; after suspend_timeout the
