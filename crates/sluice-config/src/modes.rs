@@ -75,7 +75,7 @@ keyword_enum!(
 );
 
 impl AuthType {
-    /// Whether Sluice implements this method (cert, ldap and pam are accepted by the parser but not
+    /// Whether Sluice implements this method (ldap and pam are accepted by the parser but not
     /// implemented yet; the pooler decides how to react).
     pub fn is_supported(&self) -> bool {
         matches!(
@@ -86,6 +86,7 @@ impl AuthType {
                 | AuthType::Md5
                 | AuthType::ScramSha256
                 | AuthType::Hba
+                | AuthType::Cert
         )
     }
 }
@@ -166,7 +167,8 @@ mod tests {
         assert_eq!(AuthType::parse("scram-sha-256"), Ok(AuthType::ScramSha256));
         assert!(AuthType::ScramSha256.is_supported());
         assert!(AuthType::Hba.is_supported());
-        assert!(!AuthType::Cert.is_supported());
+        assert!(AuthType::Cert.is_supported());
+        assert!(!AuthType::Ldap.is_supported());
         for w in TlsMode::KEYWORDS {
             assert_eq!(TlsMode::parse(w).unwrap().to_string(), *w);
         }

@@ -194,6 +194,20 @@ const SUPPORTED: &[&str] = &[
     "max_user_client_connections",
     "admin_users",
     "stats_users",
+    "client_tls_sslmode",
+    "client_tls_key_file",
+    "client_tls_cert_file",
+    "client_tls_ca_file",
+    "client_tls_protocols",
+    "client_tls_ciphers",
+    "client_tls13_ciphers",
+    "server_tls_sslmode",
+    "server_tls_ca_file",
+    "server_tls_key_file",
+    "server_tls_cert_file",
+    "server_tls_protocols",
+    "server_tls_ciphers",
+    "server_tls13_ciphers",
 ];
 
 #[test]

@@ -13,6 +13,10 @@ mod reader;
 pub mod startup;
 
 pub use auth::md5::{md5_response_from_password, md5_response_from_secret, md5_secret, md5_verify};
+pub use auth::scram::channel_binding::{
+    tls_server_end_point, ClientBinding, EndPointHash, Gs2Flag, SCRAM_SHA_256_PLUS,
+    TLS_SERVER_END_POINT,
+};
 pub use auth::scram::{
     ScramClient, ScramCredential, ScramKeys, ScramSecret, ScramServer, SCRAM_SHA_256,
 };

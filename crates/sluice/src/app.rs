@@ -26,10 +26,13 @@ use crate::scram_cache::ScramCache;
 use crate::server::params::TrackedSet;
 use crate::stats::period::StatsBook;
 use crate::stats::PoolStats;
+use crate::tls::TlsSetup;
 
 pub struct App {
     pub config_path: PathBuf,
     pub config: ArcSwap<Config>,
+    /// TLS configs of both sides, rebuilt on RELOAD (a broken certificate keeps the old ones).
+    pub tls: ArcSwap<TlsSetup>,
     pub credentials: Credentials,
     /// auth_type = hba rules (auth_hba_file + auth_ident_file).
     pub hba: HbaState,
@@ -77,12 +80,15 @@ impl App {
         credentials.load(config.settings.auth_file.as_deref())?;
         let hba = HbaState::default();
         hba.load(&config.settings)?;
+        let tls = TlsSetup::load(&config.settings)
+            .map_err(|e| e.into_config_error(&config_path.display().to_string()))?;
         let mut mock_key = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut mock_key);
         let app = Arc::new(App {
             config_path,
             tracked: TrackedSet::new(&config.settings.track_extra_parameters),
             config: ArcSwap::from_pointee(config),
+            tls: ArcSwap::from_pointee(tls),
             credentials,
             hba,
             auth_query_cache: AuthQueryCache::default(),
@@ -133,6 +139,10 @@ impl App {
     /// settings; databases whose login changed get their servers replaced; removed ones are closed.
     pub fn reload(&self) -> Result<(), ConfigError> {
         let new = sluice_config::load(&self.config_path)?;
+        // Certificates are re-read on every reload; a broken one fails the reload as a whole, so
+        // the running TLS (and every established connection) is kept.
+        let tls = TlsSetup::load(&new.settings)
+            .map_err(|e| e.into_config_error(&self.config_path.display().to_string()))?;
         self.credentials.load(new.settings.auth_file.as_deref())?;
         let old = self.config();
         let diff = sluice_config::diff(&old, &new);
@@ -152,6 +162,7 @@ impl App {
         self.auth_query_cache.clear();
         self.scram_cache.clear();
         self.config.store(Arc::new(new));
+        self.tls.store(Arc::new(tls));
         self.warn_unsupported();
         self.refresh_pools();
         tracing::info!(
@@ -183,14 +194,21 @@ impl App {
         if matches!(key, "auth_user" | "auth_query" | "auth_dbname") {
             self.auth_query_cache.clear();
         }
+        if key.contains("_tls") {
+            let tls = TlsSetup::load(&cfg.settings)
+                .map_err(|e| sluice_config::SetError::BadValue(e.to_string()))?;
+            self.tls.store(Arc::new(tls));
+        }
         self.config.store(Arc::new(cfg));
         self.refresh_pools();
         Ok(true)
     }
 
-    /// Recompute every pool's settings from the current config.
+    /// Recompute every pool's settings from the current config. Servers are replaced when their
+    /// login or the server-side TLS settings changed.
     pub fn refresh_pools(&self) {
         let cfg = self.config();
+        let server_tls = self.tls.load().server.clone();
         for pool in self.pools.all() {
             let Some(db) = resolve::find_database(&cfg, &pool.key.database) else {
                 tracing::info!("{}: database removed from config", pool.key);
@@ -205,7 +223,9 @@ impl App {
                 listed.clone()
             };
             let target = resolve::server_target(&cfg, &db, &pool.key.user, secret);
-            let generation = if target.same_login(&old.target) {
+            let generation = if target.same_login(&old.target)
+                && old.connect.tls.fingerprint == server_tls.fingerprint
+            {
                 old.generation
             } else {
                 tracing::info!(
@@ -220,6 +240,7 @@ impl App {
                 &pool.key.user,
                 target,
                 generation,
+                server_tls.clone(),
             ));
         }
     }

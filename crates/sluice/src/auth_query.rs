@@ -194,6 +194,7 @@ fn auth_pool(app: &Arc<App>, scope: &AuthScope) -> Result<Arc<Pool>, AuthQueryEr
             &scope.auth_user,
             target,
             app.pools.current_generation(),
+            app.tls.load().server.clone(),
         )
     }))
 }

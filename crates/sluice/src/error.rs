@@ -84,6 +84,9 @@ pub enum ServerError {
     Unexpected(String),
     #[error("server error: {}", .0.message)]
     Query(Box<ErrorFields>),
+    /// TLS to the server failed (refused, certificate not verified, handshake error).
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl ServerError {
@@ -103,7 +106,7 @@ impl ServerError {
     pub fn is_login_rejection(&self) -> bool {
         match self {
             ServerError::Login(f) => f.code != sqlstate::CANNOT_CONNECT_NOW,
-            ServerError::Auth(_) => true,
+            ServerError::Auth(_) | ServerError::Tls(_) => true,
             _ => false,
         }
     }

@@ -22,6 +22,7 @@ pub mod server;
 pub mod session_state;
 pub mod stats;
 pub mod suspend;
+pub mod tls;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

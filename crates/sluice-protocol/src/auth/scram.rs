@@ -1,9 +1,10 @@
-//! SCRAM-SHA-256 (RFC 5802 / RFC 7677) without channel binding: shared primitives and key types.
+//! SCRAM-SHA-256 and SCRAM-SHA-256-PLUS (RFC 5802 / RFC 7677, tls-server-end-point channel
+//! binding per RFC 5929): shared primitives and key types.
 //!
-//! The gs2 header is "n,," (we never offer -PLUS); "y,," from clients is accepted and "p=" is
-//! refused. The exchange state machines live in `server` and `client`, the stored verifier in
-//! `verifier`, the message grammar in `message`.
+//! The exchange state machines live in `server` and `client`, the stored verifier in `verifier`,
+//! the message grammar in `message`, gs2 flags and the certificate hash in `channel_binding`.
 
+pub mod channel_binding;
 mod client;
 mod message;
 mod server;

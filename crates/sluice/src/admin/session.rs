@@ -36,7 +36,7 @@ fn same_os_user(stream: &Stream) -> bool {
         Stream::Unix(s) => s
             .peer_cred()
             .is_ok_and(|c| c.uid() == nix::unistd::getuid().as_raw()),
-        Stream::Tcp(_) => false,
+        _ => false,
     }
 }
 

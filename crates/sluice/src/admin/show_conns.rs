@@ -107,7 +107,7 @@ fn client_rows(app: &App) -> Vec<ConnRow> {
                     format!("S-{server}")
                 }),
                 num(pid),
-                text(""),
+                text(c.tls.get().cloned().unwrap_or_default()),
                 text(c.application_name.get().cloned().unwrap_or_default()),
                 num(0),
                 num(c.id),
@@ -175,7 +175,7 @@ fn server_rows(app: &App) -> Vec<ConnRow> {
                             .unwrap_or_default(),
                     ),
                     num(r.remote_pid),
-                    text(""),
+                    text(r.tls.clone()),
                     text(""),
                     num(0),
                     num(r.id),

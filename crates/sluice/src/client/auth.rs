@@ -1,5 +1,5 @@
-//! Client authentication: trust, any, plain, md5 (SCRAM when the secret is SCRAM), scram-sha-256,
-//! and hba (the method per connection comes from `hba_check.rs`). Secrets come from auth_file, else
+//! Client authentication: trust, any, plain, md5 (SCRAM when the secret is SCRAM), scram-sha-256
+//! (-PLUS over TLS), cert (`cert_auth.rs`) and hba (the method per connection comes from `hba_check.rs`). Secrets come from auth_file, else
 //! from auth_query (`crate::auth_query`). Unknown users go through a mock exchange and fail exactly
 //! like a wrong password, so user names cannot be probed. Failed logins are logged with the client
 //! address (never a secret) and counted (`sluice_client_login_failures_total`).
@@ -24,7 +24,6 @@ use crate::net::framed::read_message;
 
 /// Password messages are bounded (PgBouncer's MAX_PASSWORD plus framing).
 const MAX_AUTH_MESSAGE: usize = 65_536 + 512;
-const SCRAM: &str = "SCRAM-SHA-256";
 
 /// Who is logging in, to what.
 #[derive(Debug, Clone, Copy)]
@@ -80,6 +79,7 @@ pub async fn authenticate(
         AuthType::Md5 => Method::Md5,
         AuthType::ScramSha256 => Method::Scram,
         AuthType::Hba => hba_method(app, client, req.user, req.database),
+        AuthType::Cert => super::cert_auth::method(client, req.user),
         other => Method::Refuse(
             ClientNotice::new(
                 sqlstate::FEATURE_NOT_SUPPORTED,
@@ -285,18 +285,22 @@ async fn scram(
     let real = secret.is_some();
     let iterations = app.config().settings.scram_iterations;
     let secret = secret.unwrap_or_else(|| ScramSecret::mock(user, &app.mock_key, iterations));
-    encode_auth_sasl(&[SCRAM], &mut client.wbuf);
+    let mut nonce = [0u8; 18];
+    rand::thread_rng().fill_bytes(&mut nonce);
+    let mut server = ScramServer::new(secret.clone(), nonce);
+    // Over TLS, SCRAM-SHA-256-PLUS is offered, bound to our certificate (tls-server-end-point).
+    if let Some(end_point) = client.tls.channel_binding.clone() {
+        server = server.with_channel_binding(end_point);
+    }
+    encode_auth_sasl(server.mechanisms(), &mut client.wbuf);
     let body = exchange(client).await?;
     let initial = decode_sasl_initial(&body).map_err(|_| auth_failed(user))?;
-    if initial.mechanism != SCRAM {
+    if server.select_mechanism(initial.mechanism).is_err() {
         return Err(EndReason::Error(ClientNotice::new(
             sqlstate::PROTOCOL_VIOLATION,
             "client selected an invalid SASL authentication mechanism",
         )));
     }
-    let mut nonce = [0u8; 18];
-    rand::thread_rng().fill_bytes(&mut nonce);
-    let mut server = ScramServer::new(secret.clone(), nonce);
     let first = server
         .handle_client_first(initial.data)
         .map_err(|_| auth_failed(user))?;

@@ -56,8 +56,7 @@ pub fn hba_method(app: &App, client: &ClientConn, user: &str, database: &str) ->
         ClientAddr::Unix => peer_os_user(&client.stream),
         ClientAddr::Ip(_) => None,
     };
-    // TLS facts: wired by the TLS layer
-    let (is_tls, cert_cn): (bool, Option<&str>) = (false, None);
+    let (is_tls, cert_cn) = (client.tls.is_tls, client.tls.peer_cert_cn.as_deref());
     let req = HbaRequest {
         addr,
         is_tls,

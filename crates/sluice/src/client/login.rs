@@ -108,6 +108,7 @@ pub async fn login(
             &login_user,
             target,
             app.pools.current_generation(),
+            app.tls.load().server.clone(),
         )
     });
     if auth.from_auth_query && db.user.is_none() {
@@ -168,11 +169,16 @@ pub async fn login(
     client.flush().await.map_err(|_| EndReason::ClientClosed)?;
     if cfg.settings.log_connections {
         tracing::info!(
-            "C-{}: {} login attempt: db={} user={}",
+            "C-{}: {} login attempt: db={} user={} tls={}",
             client.id,
             client.label,
             info.database,
-            info.user
+            info.user,
+            if client.tls.is_tls {
+                client.tls.description.as_str()
+            } else {
+                "no"
+            }
         );
     }
     let _ = entry
@@ -214,6 +220,7 @@ fn follow_auth_query_secret(
         &pool.key.user,
         target,
         app.pools.next_generation(),
+        app.tls.load().server.clone(),
     ));
 }
 

@@ -2,6 +2,7 @@
 //! the session loop. One file per phase; this file wires them and owns the disconnect logging.
 
 pub mod auth;
+pub mod cert_auth;
 pub mod hba_check;
 pub mod kill;
 pub mod login;
@@ -36,6 +37,8 @@ pub struct ClientConn {
     /// SUSPEND: where the idle loop and the relay stop reading (carried here so that the relay
     /// reaches it without another argument).
     pub suspend: Arc<SuspendGate>,
+    /// TLS facts of this connection (plaintext: `is_tls` false), for auth and HBA rules.
+    pub tls: crate::tls::TlsFacts,
 }
 
 impl ClientConn {
@@ -49,6 +52,7 @@ impl ClientConn {
             peer,
             label,
             suspend,
+            tls: crate::tls::TlsFacts::default(),
         }
     }
 
@@ -112,7 +116,7 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
     let (_guard, count) = ClientGuard::new(&app);
     let id = app.next_client_id();
     let registration = app.registry.register(id, peer.clone());
-    if let Stream::Tcp(s) = &stream {
+    if let Some(s) = stream.tcp() {
         if let Ok(a) = s.local_addr() {
             let _ = registration.entry.local_addr.set(a);
         }
@@ -180,7 +184,12 @@ async fn run(
     let accepted = tokio::time::Instant::now();
     let login = async {
         let info = match startup::read_startup(app, client).await {
-            Ok(startup::Startup::Login(info)) => info,
+            Ok(startup::Startup::Login(info)) => {
+                if client.tls.is_tls {
+                    let _ = entry.tls.set(client.tls.description.clone());
+                }
+                info
+            }
             Ok(startup::Startup::Done) => return Err(EndReason::NoSession),
             Err(e) => return Err(e),
         };

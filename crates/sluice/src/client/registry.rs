@@ -62,6 +62,8 @@ pub struct ClientEntry {
     /// Our end of a TCP connection.
     pub local_addr: OnceLock<SocketAddr>,
     pub application_name: OnceLock<String>,
+    /// SHOW CLIENTS `tls` ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519"); unset for plaintext.
+    pub tls: OnceLock<String>,
     /// Unix time in µs of the latest request (when the client last left idle).
     request_us: AtomicU64,
 }
@@ -111,6 +113,7 @@ impl ClientRegistry {
             kill: KillSwitch::new(),
             local_addr: OnceLock::new(),
             application_name: OnceLock::new(),
+            tls: OnceLock::new(),
             request_us: AtomicU64::new(0),
         });
         self.clients.lock().insert(id, entry.clone());

@@ -1,4 +1,5 @@
-//! Startup phase: SSLRequest / GSSENCRequest answered 'N', CancelRequest forwarded, StartupMessage
+//! Startup phase: SSLRequest answered 'S' and upgraded when client TLS is on ('N' otherwise), direct
+//! TLS (PostgreSQL 17) accepted, GSSENCRequest answered 'N', CancelRequest forwarded, StartupMessage
 //! validated into user, database and tracked parameters (PgBouncer's rules for unknown parameters).
 
 use std::sync::Arc;
@@ -36,6 +37,15 @@ fn protocol_error(msg: impl Into<String>) -> EndReason {
 }
 
 pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Startup, EndReason> {
+    // One TLS snapshot for the whole handshake, so a RELOAD in between cannot mix configs.
+    let tls = app.tls.load_full();
+    if tls.client.offered() {
+        match crate::tls::handshake::peek_direct(client).await {
+            Ok(true) => crate::tls::handshake::upgrade(&tls.client, client, true).await?,
+            Ok(false) => {}
+            Err(_) => return Ok(Startup::Done),
+        }
+    }
     loop {
         let packet = loop {
             match decode_startup(&client.rbuf) {
@@ -62,8 +72,24 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
         match packet {
             StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
                 if !client.rbuf.is_empty() {
-                    // Bytes pipelined after an encryption request would be read as plaintext.
+                    // Bytes pipelined after an encryption request would be read as plaintext
+                    // (or, after 'S', as if they came through TLS: CVE-2021-23222).
                     return Err(protocol_error("unexpected data after SSLRequest"));
+                }
+                if client.stream.is_tls() {
+                    return Err(protocol_error(
+                        "unexpected encryption request after TLS was negotiated",
+                    ));
+                }
+                let ssl = matches!(packet, StartupPacket::SslRequest);
+                if ssl && tls.client.offered() && client.stream.tcp().is_some() {
+                    client
+                        .stream
+                        .write_all(b"S")
+                        .await
+                        .map_err(|_| EndReason::ClientClosed)?;
+                    crate::tls::handshake::upgrade(&tls.client, client, false).await?;
+                    continue;
                 }
                 client
                     .stream
@@ -76,6 +102,15 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
                 return Ok(Startup::Done);
             }
             StartupPacket::Startup { minor, params } => {
+                if tls.client.required() && !client.stream.is_tls() && !client.stream.is_unix() {
+                    return Err(EndReason::Error(
+                        ClientNotice::new(sqlstate::INVALID_AUTHORIZATION, "SSL required")
+                            .with_hint(format!(
+                                "client_tls_sslmode is {}: connect with TLS (sslmode=require or stronger)",
+                                tls.client.mode
+                            )),
+                    ));
+                }
                 return validate(app, client, minor, params)
                     .await
                     .map(Startup::Login);

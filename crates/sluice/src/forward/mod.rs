@@ -231,13 +231,15 @@ impl<'a> Relay<'a> {
         poll_fn(|cx| self.poll_relay(cx)).await
     }
 
-    /// Nothing owed by the server and nothing half-sent either way.
+    /// Nothing owed by the server and nothing half-sent either way (nor a client message whose
+    /// rest the scanner is waiting for: releasing then would relink without reading it, forever).
     fn quiescent(&self) -> bool {
         self.pending_rfq == 0
             && !self.unsynced
             && self.expect.is_empty()
             && self.c.ready == 0
             && self.c.remaining == 0
+            && self.c.need == 0
             && self.c_inject.is_empty()
             && self.s.ready == 0
             && self.s.remaining == 0

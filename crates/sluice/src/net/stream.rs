@@ -1,4 +1,4 @@
-//! `Stream`: a TCP or Unix-domain socket behind one AsyncRead/AsyncWrite type.
+//! `Stream`: a TCP or Unix-domain socket, or TLS over TCP, behind one AsyncRead/AsyncWrite type.
 
 use std::fmt;
 use std::io;
@@ -10,11 +10,19 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
-/// A connected socket. TLS variants are added by the TLS layer.
+use super::tls_io::FlushedTls;
+
+/// A connected socket.
 #[derive(Debug)]
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// A client that negotiated TLS with us (we are the TLS server).
+    ClientTls(Box<FlushedTls<tokio_rustls::server::TlsStream<TcpStream>>>),
+    /// A server we reached over TLS (we are the TLS client).
+    ServerTls(Box<FlushedTls<tokio_rustls::client::TlsStream<TcpStream>>>),
+    /// The socket was handed to the TLS layer (`take`); reads and writes fail.
+    Closed,
 }
 
 /// Where a connection comes from (clients) or goes to (servers).
@@ -43,6 +51,25 @@ impl Stream {
         matches!(self, Stream::Unix(_))
     }
 
+    /// Hands the socket over (for a TLS upgrade), leaving `Closed` behind.
+    pub fn take(&mut self) -> Stream {
+        std::mem::replace(self, Stream::Closed)
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Stream::ClientTls(_) | Stream::ServerTls(_))
+    }
+
+    /// The TCP socket, under TLS or not.
+    pub fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            Stream::Tcp(s) => Some(s),
+            Stream::ClientTls(s) => Some(s.get_ref().get_ref().0),
+            Stream::ServerTls(s) => Some(s.get_ref().get_ref().0),
+            Stream::Unix(_) | Stream::Closed => None,
+        }
+    }
+
     /// Non-blocking check used before handing an idle server out: true means the socket is still
     /// quiet (no bytes, no EOF, no error), the only state in which a pooled server is reusable.
     ///
@@ -52,10 +79,21 @@ impl Stream {
     /// sat idle for long is always asked (`ask_kernel`): the driver may not have turned since a
     /// hang-up, and one MSG_PEEK per long-idle hand-out is cheap, whereas one per transaction is not.
     pub fn is_quiet(&self, ask_kernel: bool) -> bool {
+        // Under TLS, decrypted bytes (or a close_notify) may already sit in rustls' buffer; then
+        // it does not want to read, and the connection is not quiet whatever the socket says.
+        let tls_quiet = match self {
+            Stream::ClientTls(s) => s.get_ref().get_ref().1.wants_read(),
+            Stream::ServerTls(s) => s.get_ref().get_ref().1.wants_read(),
+            _ => true,
+        };
+        if !tls_quiet {
+            return false;
+        }
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let ready = match self {
-            Stream::Tcp(s) => s.poll_read_ready(&mut cx).is_ready(),
-            Stream::Unix(s) => s.poll_read_ready(&mut cx).is_ready(),
+        let ready = match (self, self.tcp()) {
+            (Stream::Unix(s), _) => s.poll_read_ready(&mut cx).is_ready(),
+            (_, Some(s)) => s.poll_read_ready(&mut cx).is_ready(),
+            _ => return false,
         };
         if !ready && !ask_kernel {
             return true;
@@ -65,9 +103,10 @@ impl Stream {
 
     /// Ask the kernel (MSG_PEEK) whether the socket has nothing to read and no EOF or error.
     fn peek_quiet(&self) -> bool {
-        let fd = match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
+        let fd = match (self, self.tcp()) {
+            (Stream::Unix(s), _) => s.as_raw_fd(),
+            (_, Some(s)) => s.as_raw_fd(),
+            _ => return false,
         };
         let mut probe = [0u8; 1];
         // SAFETY: recv into a valid 1-byte buffer on a socket fd we own; MSG_PEEK consumes nothing.
@@ -92,6 +131,9 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::ClientTls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            Stream::ServerTls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            Stream::Closed => Poll::Ready(Err(closed())),
         }
     }
 }
@@ -105,6 +147,9 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::ClientTls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Stream::ServerTls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Stream::Closed => Poll::Ready(Err(closed())),
         }
     }
 
@@ -112,6 +157,9 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
             Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+            Stream::ClientTls(s) => Pin::new(&mut **s).poll_flush(cx),
+            Stream::ServerTls(s) => Pin::new(&mut **s).poll_flush(cx),
+            Stream::Closed => Poll::Ready(Ok(())),
         }
     }
 
@@ -119,6 +167,13 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::ClientTls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            Stream::ServerTls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            Stream::Closed => Poll::Ready(Ok(())),
         }
     }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "socket handed over to TLS")
 }

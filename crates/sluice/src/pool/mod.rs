@@ -636,7 +636,7 @@ impl Pool {
         let started = Instant::now();
         let result = self
             .connector
-            .connect(settings.target.clone(), keys, settings.connect)
+            .connect(settings.target.clone(), keys, settings.connect.clone())
             .await;
         match result {
             Ok(conn) => {

@@ -12,6 +12,7 @@ use super::PoolSettings;
 use crate::net::socket::TcpTuning;
 use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
+use crate::tls::ServerTls;
 
 /// The db entry for `name`: an explicit one, or one made from the `*` fallback (auto-database).
 pub fn find_database(cfg: &Config, name: &str) -> Option<DatabaseEntry> {
@@ -80,6 +81,7 @@ pub fn pool_settings(
     login_user: &str,
     target: ServerTarget,
     generation: u64,
+    tls: Arc<ServerTls>,
 ) -> PoolSettings {
     let g = &cfg.settings;
     let u = cfg.user(login_user);
@@ -163,6 +165,7 @@ pub fn pool_settings(
                 .unwrap_or(Duration::from_secs(24 * 3600)),
             tcp: tcp_tuning(cfg),
             max_packet_size: g.max_packet_size as usize,
+            tls,
         },
         target: Arc::new(target),
         generation,

@@ -32,6 +32,8 @@ pub struct ServerRecord {
     /// The backend's pid from BackendKeyData.
     pub remote_pid: u32,
     pub generation: u64,
+    /// SHOW SERVERS `tls`: empty for plaintext.
+    pub tls: String,
     state: AtomicU8,
     /// Unix time in µs of the last hand-out or release.
     last_request_us: AtomicU64,
@@ -73,11 +75,9 @@ pub struct ServerBook {
 impl ServerBook {
     /// Record a freshly logged-in server; the returned tracker removes it when dropped.
     pub fn track(self: &Arc<Self>, conn: &ServerConn) -> ServerTracker {
-        let (peer_port, local) = match &conn.stream {
-            crate::net::Stream::Tcp(s) => {
-                (s.peer_addr().ok().map(|a| a.port()), s.local_addr().ok())
-            }
-            crate::net::Stream::Unix(_) => (None, None),
+        let (peer_port, local) = match conn.stream.tcp() {
+            Some(s) => (s.peer_addr().ok().map(|a| a.port()), s.local_addr().ok()),
+            None => (None, None),
         };
         let now = SystemTime::now();
         let rec = Arc::new(ServerRecord {
@@ -97,6 +97,11 @@ impl ServerBook {
             connect_time: now,
             remote_pid: conn.backend_key.pid,
             generation: conn.generation,
+            tls: conn
+                .tls
+                .as_ref()
+                .map(|t| t.description.clone())
+                .unwrap_or_default(),
             state: AtomicU8::new(ServerState::Active as u8),
             last_request_us: AtomicU64::new(unix_us(now)),
         });

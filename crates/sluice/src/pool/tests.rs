@@ -84,6 +84,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
             connect_timeout: Duration::from_secs(15),
             tcp: TcpTuning::default(),
             max_packet_size: 1 << 30,
+            tls: Arc::new(crate::tls::ServerTls::disabled()),
         },
         target: Arc::new(ServerTarget::new(
             vec![],

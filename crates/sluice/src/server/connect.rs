@@ -1,6 +1,7 @@
-//! Open a server connection: TCP or Unix socket, startup packet, login, connect_query, all under
-//! server_connect_timeout.
+//! Open a server connection: TCP (with TLS per server_tls_sslmode) or Unix socket, startup
+//! packet, login, connect_query, all under server_connect_timeout.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -12,13 +13,16 @@ use super::{login, query, ServerAddr, ServerConn, ServerTarget};
 use crate::error::ServerError;
 use crate::net::socket::{tune_tcp, TcpTuning};
 use crate::net::Stream;
+use crate::tls::ServerTls;
 
 /// Settings that shape every new server connection.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ConnectOptions {
     pub connect_timeout: Duration,
     pub tcp: TcpTuning,
     pub max_packet_size: usize,
+    /// server_tls_* as of the pool's last settings refresh.
+    pub tls: Arc<ServerTls>,
 }
 
 /// Connect and log in. The result is idle (ReadyForQuery 'I').
@@ -32,15 +36,19 @@ pub async fn open(
             .pick_addr()
             .ok_or_else(|| ServerError::Unexpected("database has no host".into()))?
             .clone();
-        let stream = match &addr {
+        let (stream, tls) = match &addr {
             ServerAddr::Tcp { host, port } => {
                 let s = TcpStream::connect((host.as_str(), *port)).await?;
                 tune_tcp(&s, &opts.tcp);
-                Stream::Tcp(s)
+                opts.tls
+                    .connect(s, host)
+                    .await
+                    .map_err(|e| ServerError::Tls(e.to_string()))?
             }
-            ServerAddr::Unix { path } => Stream::Unix(UnixStream::connect(path).await?),
+            ServerAddr::Unix { path } => (Stream::Unix(UnixStream::connect(path).await?), None),
         };
         let mut conn = ServerConn::new(stream, addr);
+        conn.tls = tls;
         let mut params: Vec<(&str, &str)> =
             vec![("user", &target.user), ("database", &target.dbname)];
         for (k, v) in &target.startup_params {

@@ -1,13 +1,14 @@
 //! Server login: answer the server's authentication request (cleartext, md5, SCRAM-SHA-256 with a
-//! password or with pass-through keys) and collect ParameterStatus and BackendKeyData.
+//! password or with pass-through keys, SCRAM-SHA-256-PLUS over TLS when the server offers it) and
+//! collect ParameterStatus and BackendKeyData.
 
 use bytes::BytesMut;
 use rand::RngCore;
 use sluice_protocol::{
     backend_tag, decode_authentication, decode_backend_key_data, decode_error_fields,
     decode_parameter_status, decode_ready_for_query, encode_password, encode_sasl_initial,
-    encode_sasl_response, md5_response_from_secret, md5_secret, Authentication, ScramClient,
-    ScramCredential, ScramKeys, StoredSecret,
+    encode_sasl_response, md5_response_from_secret, md5_secret, Authentication, ClientBinding,
+    ScramClient, ScramCredential, ScramKeys, StoredSecret,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -36,12 +37,14 @@ pub async fn login(
 ) -> Result<(), ServerError> {
     let mut scram: Option<ScramClient> = None;
     let mut out = BytesMut::with_capacity(256);
+    let end_point = conn.tls.as_ref().and_then(|t| t.end_point.clone());
     loop {
         let (tag, body) = read_message(&mut conn.stream, &mut conn.rbuf, max_len).await?;
         match tag {
             backend_tag::AUTHENTICATION => {
                 let auth = decode_authentication(&body)?;
-                answer_auth(auth, target, keys, &mut scram, &mut out)?;
+                let binding = end_point.as_deref();
+                answer_auth(auth, target, keys, binding, &mut scram, &mut out)?;
                 if !out.is_empty() {
                     conn.stream.write_all(&out).await?;
                     out.clear();
@@ -54,6 +57,9 @@ pub async fn login(
             backend_tag::BACKEND_KEY_DATA => conn.backend_key = decode_backend_key_data(&body)?,
             backend_tag::READY_FOR_QUERY => {
                 conn.status = decode_ready_for_query(&body)?;
+                if let Some(c) = scram.as_ref().filter(|c| c.mechanism() != SCRAM) {
+                    tracing::debug!("S-{}: logged in with {}", conn.id, c.mechanism());
+                }
                 return Ok(());
             }
             backend_tag::ERROR_RESPONSE => {
@@ -74,6 +80,7 @@ fn answer_auth(
     auth: Authentication<'_>,
     target: &ServerTarget,
     keys: Option<&ScramKeys>,
+    end_point: Option<&[u8]>,
     scram: &mut Option<ScramClient>,
     out: &mut BytesMut,
 ) -> Result<(), ServerError> {
@@ -129,8 +136,9 @@ fn answer_auth(
             };
             let mut nonce = [0u8; 18];
             rand::thread_rng().fill_bytes(&mut nonce);
-            let client = ScramClient::new(credential, nonce);
-            encode_sasl_initial(SCRAM, &client.client_first(), out);
+            let client = ScramClient::new(credential, nonce)
+                .with_binding(ClientBinding::choose(&mechanisms, end_point));
+            encode_sasl_initial(client.mechanism(), &client.client_first(), out);
             *scram = Some(client);
         }
         Authentication::SaslContinue(data) => {

@@ -47,6 +47,8 @@ pub struct ServerConn {
     /// A client changed session parameters here (transaction mode); `gucs_owner` is that client.
     pub gucs_dirty: bool,
     pub gucs_owner: u64,
+    /// Set when the connection is TLS.
+    pub tls: Option<crate::tls::connector::ServerTlsInfo>,
 }
 
 impl ServerConn {
@@ -67,6 +69,7 @@ impl ServerConn {
             prepared: Box::default(),
             gucs_dirty: false,
             gucs_owner: 0,
+            tls: None,
         }
     }
 

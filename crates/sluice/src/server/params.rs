@@ -10,10 +10,23 @@ pub const ALWAYS_TRACKED: &[&str] = &[
     "application_name",
 ];
 
-/// Ordered name -> value list with case-insensitive names (GUC names are case-insensitive).
+/// Name -> value map with case-insensitive names (GUC names are case-insensitive).
+///
+/// The always-tracked parameters sit in fixed slots (in `ALWAYS_TRACKED` order) so that matching a
+/// server to a client at every hand-out compares five values without looking any name up; other
+/// names go in a small list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ParamMap {
+    fixed: [Option<String>; ALWAYS_TRACKED.len()],
     entries: Vec<(String, String)>,
+}
+
+fn fixed_slot(name: &str) -> Option<usize> {
+    ALWAYS_TRACKED.iter().position(|n| *n == name).or_else(|| {
+        ALWAYS_TRACKED
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(name))
+    })
 }
 
 impl ParamMap {
@@ -22,9 +35,10 @@ impl ParamMap {
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
-        // Names usually arrive spelled as the server reports them (and as TrackedSet spells them):
-        // an exact match is a length check and a memcmp, far cheaper than folding case, and this
-        // runs for every tracked parameter at every server hand-out.
+        if let Some(i) = fixed_slot(name) {
+            return self.fixed[i].as_deref();
+        }
+        // Exact spelling first: a length check and a memcmp, far cheaper than folding case.
         self.entries
             .iter()
             .find(|(k, _)| k == name)
@@ -38,31 +52,42 @@ impl ParamMap {
 
     /// Set a value; returns true when it changed.
     pub fn set(&mut self, name: &str, value: &str) -> bool {
-        if let Some(e) = self
-            .entries
-            .iter_mut()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        {
-            if e.1 == value {
-                return false;
+        let slot = match fixed_slot(name) {
+            Some(i) => &mut self.fixed[i],
+            None => {
+                match self
+                    .entries
+                    .iter_mut()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                {
+                    Some(e) if e.1 == value => return false,
+                    Some(e) => e.1 = value.to_string(),
+                    None => self.entries.push((name.to_string(), value.to_string())),
+                }
+                return true;
             }
-            e.1 = value.to_string();
-        } else {
-            self.entries.push((name.to_string(), value.to_string()));
+        };
+        if slot.as_deref() == Some(value) {
+            return false;
         }
+        *slot = Some(value.to_string());
         true
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        ALWAYS_TRACKED
+            .iter()
+            .zip(&self.fixed)
+            .filter_map(|(k, v)| v.as_deref().map(|v| (*k, v)))
+            .chain(self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())))
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.fixed.iter().flatten().count() + self.entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 }
 
@@ -94,17 +119,28 @@ impl TrackedSet {
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.names.iter().map(|s| s.as_str())
     }
+
+    /// The names beyond `ALWAYS_TRACKED` (track_extra_parameters), which `new` puts last.
+    pub fn extra(&self) -> impl Iterator<Item = &str> {
+        self.names()
+            .skip(ALWAYS_TRACKED.len())
+            .filter(|n| fixed_slot(n).is_none())
+    }
 }
 
 /// Build one simple-query text of `SET k='v';...` for every tracked parameter the client has and the
 /// server differs on. None when the server already matches.
 pub fn set_statement(tracked: &TrackedSet, client: &ParamMap, server: &ParamMap) -> Option<String> {
     let mut sql = String::new();
-    for name in tracked.names() {
-        let Some(want) = client.get(name) else {
-            continue;
-        };
-        if server.get(name) == Some(want) {
+    let fixed = ALWAYS_TRACKED
+        .iter()
+        .zip(client.fixed.iter().zip(&server.fixed))
+        .filter_map(|(name, (want, has))| Some((*name, want.as_deref()?, has.as_deref())));
+    let extra = tracked
+        .extra()
+        .filter_map(|name| Some((name, client.get(name)?, server.get(name))));
+    for (name, want, has) in fixed.chain(extra) {
+        if has == Some(want) {
             continue;
         }
         sql.push_str("SET ");

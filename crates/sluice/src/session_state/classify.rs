@@ -163,6 +163,18 @@ const SPECIAL_HEADS: &[&str] = &[
     "release",
 ];
 
+/// `SPECIAL_HEADS.contains(word)` ignoring case, without comparing against each keyword.
+fn is_special_head(word: &[u8]) -> bool {
+    let mut buf = [0u8; 16]; // longer than the longest head, "deallocate"
+    if word.len() > buf.len() {
+        return false;
+    }
+    let lower = &mut buf[..word.len()];
+    lower.copy_from_slice(word);
+    lower.make_ascii_lowercase();
+    SPECIAL_HEADS.iter().any(|k| k.as_bytes() == &*lower)
+}
+
 /// Bytes at which `fast_plain` has to look closer: `;`, comment starts and the first letters of
 /// the words the call scan looks for.
 static FAST_SCAN_BYTES: [bool; 256] = {
@@ -180,7 +192,7 @@ static FAST_SCAN_BYTES: [bool; 256] = {
 /// holding no semicolon, no comment and no word the call scan looks for. Returns its text.
 fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
     let first = lexer.next()?;
-    if first.kind != TokenKind::Word || SPECIAL_HEADS.iter().any(|k| first.is_kw(k)) {
+    if first.kind != TokenKind::Word || is_special_head(first.text) {
         return None;
     }
     let select_like = first.is_kw("select") || first.is_kw("with");
@@ -191,8 +203,11 @@ fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
         if !FAST_SCAN_BYTES[b as usize] {
             continue;
         }
+        // Needles are lower case; most candidates fail on the second byte, checked first.
         let at = |needle: &[u8]| {
-            rest.len() - i >= needle.len() && rest[i..i + needle.len()].eq_ignore_ascii_case(needle)
+            rest.len() - i >= needle.len()
+                && rest[i + 1].to_ascii_lowercase() == needle[1]
+                && rest[i..i + needle.len()].eq_ignore_ascii_case(needle)
         };
         let hit = match b {
             // A last `;` ends the only statement (or sits in something left open): no split.

@@ -1,8 +1,10 @@
-//! SCRAM client side: the pooler logging in to a PostgreSQL server with a password or pass-through keys.
+//! SCRAM client side: the pooler logging in to a PostgreSQL server with a password or pass-through
+//! keys, bound to the server's TLS certificate when it offers SCRAM-SHA-256-PLUS.
 
 use std::fmt;
 use std::mem;
 
+use super::channel_binding::ClientBinding;
 use super::message::{
     as_text, escape_saslname, parse_server_final, parse_server_first, ServerFinal,
 };
@@ -41,11 +43,9 @@ pub struct ScramClient {
     credential: ScramCredential,
     nonce: String,
     client_first_bare: String,
+    binding: ClientBinding,
     state: State,
 }
-
-/// Channel binding attribute for gs2 header "n,,".
-const CBIND_NONE: &str = "biws";
 
 impl ScramClient {
     /// `client_nonce_raw` = 18 random bytes from the caller.
@@ -60,8 +60,20 @@ impl ScramClient {
             credential,
             nonce: client_nonce.to_owned(),
             client_first_bare: format!("n={},r={client_nonce}", escape_saslname(user)),
+            binding: ClientBinding::NotSupported,
             state: State::AwaitServerFirst,
         }
+    }
+
+    /// Sets the channel binding choice (default: "n", none).
+    pub fn with_binding(mut self, binding: ClientBinding) -> Self {
+        self.binding = binding;
+        self
+    }
+
+    /// The mechanism to name in SASLInitialResponse.
+    pub fn mechanism(&self) -> &'static str {
+        self.binding.mechanism()
     }
 
     /// True once the server's signature has verified.
@@ -69,9 +81,9 @@ impl ScramClient {
         matches!(self.state, State::Done)
     }
 
-    /// "n,,n=,r=<nonce>": the SASLInitialResponse data.
+    /// "<gs2 header>n=,r=<nonce>": the SASLInitialResponse data.
     pub fn client_first(&self) -> Vec<u8> {
-        format!("n,,{}", self.client_first_bare).into_bytes()
+        format!("{}{}", self.binding.gs2_header(), self.client_first_bare).into_bytes()
     }
 
     /// server-first-message (SASLContinue data) -> client-final-message (SASLResponse data).
@@ -89,7 +101,7 @@ impl ScramClient {
             ScramCredential::Password(p) => ScramKeys::from_password(p, &sf.salt, sf.iterations),
             ScramCredential::Keys(k) => k.clone(),
         };
-        let without_proof = format!("c={CBIND_NONE},r={}", sf.nonce);
+        let without_proof = format!("c={},r={}", b64(&self.binding.cbind_input()), sf.nonce);
         let auth_message = [
             self.client_first_bare.as_bytes(),
             b",",

@@ -1,5 +1,6 @@
 //! Grammar of the four SCRAM messages (RFC 5802 §7), parsed strictly and without panicking.
 
+use super::channel_binding::Gs2Flag;
 use super::{b64_32, b64_decode};
 use crate::error::ProtocolError;
 
@@ -7,8 +8,9 @@ const MALFORMED: ProtocolError = ProtocolError::Scram("malformed message");
 
 /// The parts of a client-first-message the server needs.
 pub(crate) struct ClientFirst<'a> {
-    /// "n,," or "y,," exactly as sent; the client must echo it in `c=`.
+    /// "n,,", "y,," or "p=<cb-name>,," exactly as sent; the client echoes it in `c=`.
     pub gs2_header: &'a str,
+    pub flag: Gs2Flag<'a>,
     /// client-first-message-bare, part of the AuthMessage.
     pub bare: &'a str,
     pub nonce: &'a str,
@@ -97,13 +99,7 @@ pub(crate) fn parse_client_first(msg: &str) -> Result<ClientFirst<'_>, ProtocolE
     let flag = it.next().unwrap_or_default();
     let authzid = it.next().ok_or(MALFORMED)?;
     let bare = it.next().ok_or(MALFORMED)?;
-    match flag {
-        "n" | "y" => {}
-        f if f.starts_with("p=") => {
-            return Err(ProtocolError::Scram("channel binding not supported"))
-        }
-        _ => return Err(MALFORMED),
-    }
+    let gs2_flag = Gs2Flag::parse(flag)?;
     if !authzid.is_empty() {
         return Err(ProtocolError::Scram("authorization identity not supported"));
     }
@@ -120,6 +116,7 @@ pub(crate) fn parse_client_first(msg: &str) -> Result<ClientFirst<'_>, ProtocolE
     check_extensions(parts)?;
     Ok(ClientFirst {
         gs2_header,
+        flag: gs2_flag,
         bare,
         nonce,
     })
@@ -191,15 +188,14 @@ mod tests {
         let cf = parse_client_first("y,,n=,r=abc,x=ext").unwrap();
         assert_eq!((cf.gs2_header, cf.bare), ("y,,", "n=,r=abc,x=ext"));
         assert!(parse_client_first("n,,n=a=3Db=2C,r=x").is_ok());
+        let cf = parse_client_first("p=tls-server-end-point,,n=,r=abc").unwrap();
+        assert_eq!(cf.gs2_header, "p=tls-server-end-point,,");
+        assert_eq!(cf.flag, Gs2Flag::Used("tls-server-end-point"));
     }
 
     #[test]
     fn client_first_rejections() {
         let cases: &[(&str, &str)] = &[
-            (
-                "p=tls-server-end-point,,n=,r=abc",
-                "channel binding not supported",
-            ),
             ("n,a=admin,n=,r=abc", "authorization identity not supported"),
             ("n,,m=ext,n=,r=abc", "mandatory extension not supported"),
             ("n,,n=,r=", "invalid nonce"),

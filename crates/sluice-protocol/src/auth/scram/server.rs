@@ -1,16 +1,19 @@
-//! SCRAM server side: the pooler verifying a client against a stored (or mock) verifier.
+//! SCRAM server side: the pooler verifying a client against a stored (or mock) verifier, with
+//! tls-server-end-point channel binding when the client connection is TLS.
 
 use std::fmt;
 use std::mem;
 
+use super::channel_binding::{server_accepts, SCRAM_SHA_256_PLUS};
 use super::message::{as_text, parse_client_final, parse_client_first};
-use super::{b64, hmac_sha256, sha256, xor32, ScramKeys, ScramSecret};
+use super::{b64, hmac_sha256, sha256, xor32, ScramKeys, ScramSecret, SCRAM_SHA_256};
 use crate::auth::secret::constant_time_eq;
 use crate::error::ProtocolError;
 
 /// What the server remembers between the two round trips.
 struct Exchange {
-    gs2_header: String,
+    /// gs2 header plus binding data: what the client-final's `c=` must decode to.
+    cbind_input: Vec<u8>,
     client_first_bare: String,
     server_first: String,
     nonce: String,
@@ -28,6 +31,10 @@ enum State {
 pub struct ScramServer {
     secret: ScramSecret,
     server_nonce: String,
+    /// tls-server-end-point data of our certificate when the client connection is TLS.
+    binding: Option<Vec<u8>>,
+    /// The client chose SCRAM-SHA-256-PLUS.
+    plus: bool,
     state: State,
 }
 
@@ -43,8 +50,40 @@ impl ScramServer {
         ScramServer {
             secret,
             server_nonce: server_nonce.to_owned(),
+            binding: None,
+            plus: false,
             state: State::AwaitClientFirst,
         }
+    }
+
+    /// Offers SCRAM-SHA-256-PLUS bound to `end_point` (the hash of our TLS certificate).
+    pub fn with_channel_binding(mut self, end_point: Vec<u8>) -> Self {
+        self.binding = Some(end_point);
+        self
+    }
+
+    /// Mechanisms for AuthenticationSASL, preferred first.
+    pub fn mechanisms(&self) -> &'static [&'static str] {
+        if self.binding.is_some() {
+            &[SCRAM_SHA_256_PLUS, SCRAM_SHA_256]
+        } else {
+            &[SCRAM_SHA_256]
+        }
+    }
+
+    /// The mechanism named in SASLInitialResponse; call before `handle_client_first` (without the
+    /// call, SCRAM-SHA-256 is assumed).
+    pub fn select_mechanism(&mut self, mechanism: &str) -> Result<(), ProtocolError> {
+        if !self.mechanisms().contains(&mechanism) {
+            return Err(ProtocolError::Scram("invalid SASL mechanism"));
+        }
+        self.plus = mechanism == SCRAM_SHA_256_PLUS;
+        Ok(())
+    }
+
+    /// True when the client bound the exchange to the TLS channel.
+    pub fn used_channel_binding(&self) -> bool {
+        self.plus
     }
 
     /// True once a client proof has verified.
@@ -58,6 +97,9 @@ impl ScramServer {
             return Err(ProtocolError::Scram("unexpected client-first-message"));
         };
         let first = parse_client_first(as_text(msg)?)?;
+        let data = server_accepts(self.plus, first.flag, self.binding.as_deref())?;
+        let mut cbind_input = first.gs2_header.as_bytes().to_vec();
+        cbind_input.extend_from_slice(data);
         let nonce = format!("{}{}", first.nonce, self.server_nonce);
         let server_first = format!(
             "r={nonce},s={},i={}",
@@ -65,7 +107,7 @@ impl ScramServer {
             self.secret.iterations
         );
         self.state = State::AwaitClientFinal(Exchange {
-            gs2_header: first.gs2_header.to_owned(),
+            cbind_input,
             client_first_bare: first.bare.to_owned(),
             server_first: server_first.clone(),
             nonce,
@@ -83,7 +125,7 @@ impl ScramServer {
             return Err(ProtocolError::Scram("unexpected client-final-message"));
         };
         let fin = parse_client_final(as_text(msg)?)?;
-        if fin.channel_binding != ex.gs2_header.as_bytes() {
+        if !constant_time_eq(&fin.channel_binding, &ex.cbind_input) {
             return Err(ProtocolError::Scram("channel binding mismatch"));
         }
         if !constant_time_eq(fin.nonce.as_bytes(), ex.nonce.as_bytes()) {

@@ -1,5 +1,6 @@
 //! SCRAM exchange tests: RFC 7677 vector, server/client interop, pass-through keys, tampering.
 
+use super::channel_binding::{ClientBinding, SCRAM_SHA_256_PLUS};
 use super::*;
 use crate::error::ProtocolError;
 
@@ -142,11 +143,71 @@ fn y_flag_accepted_p_rejected() {
         Some(ProtocolError::Scram("channel binding mismatch"))
     );
 
+    // Without TLS there is nothing to bind to: "p=" fails, whatever the mechanism.
     let mut server = ScramServer::new(secret("pw"), [7; 18]);
     assert_eq!(
         server.handle_client_first(b"p=tls-server-end-point,,n=,r=abc"),
-        Err(ProtocolError::Scram("channel binding not supported"))
+        Err(ProtocolError::Scram(
+            "channel binding used without SCRAM-SHA-256-PLUS"
+        ))
     );
+    let mut server = ScramServer::new(secret("pw"), [7; 18]);
+    assert!(server.select_mechanism(SCRAM_SHA_256_PLUS).is_err());
+}
+
+fn plus_exchange(
+    server_binding: &[u8],
+    client: ClientBinding,
+    mechanism: &str,
+) -> Result<ScramKeys, ProtocolError> {
+    let mut server =
+        ScramServer::new(secret("pw"), [7; 18]).with_channel_binding(server_binding.to_vec());
+    assert_eq!(server.mechanisms(), &[SCRAM_SHA_256_PLUS, SCRAM_SHA_256]);
+    let mut client =
+        ScramClient::new(ScramCredential::Password("pw".into()), [8; 18]).with_binding(client);
+    server.select_mechanism(mechanism)?;
+    let sf = server.handle_client_first(&client.client_first())?;
+    let cf = client.handle_server_first(&sf)?;
+    let (fin, keys) = server.handle_client_final(&cf)?;
+    client.handle_server_final(&fin)?;
+    assert!(client.is_done());
+    Ok(keys)
+}
+
+#[test]
+fn channel_binding_exchange() {
+    let hash = b"0123456789abcdef0123456789abcdef";
+    let bound = ClientBinding::TlsServerEndPoint(hash.to_vec());
+    assert_eq!(bound.mechanism(), SCRAM_SHA_256_PLUS);
+    let keys = plus_exchange(hash, bound.clone(), SCRAM_SHA_256_PLUS).unwrap();
+    // The keys do not depend on the binding: pass-through works the same with -PLUS.
+    let stored = secret("pw");
+    assert_eq!(
+        keys,
+        ScramKeys::from_password("pw", &stored.salt, stored.iterations)
+    );
+    // A client bound to another certificate (a man in the middle) fails.
+    assert_eq!(
+        plus_exchange(
+            b"another certificate hash........",
+            bound.clone(),
+            SCRAM_SHA_256_PLUS
+        )
+        .err(),
+        Some(ProtocolError::Scram("channel binding mismatch"))
+    );
+    // -PLUS without "p=", and "p=" with plain SCRAM, are refused.
+    assert!(plus_exchange(hash, ClientBinding::NotSupported, SCRAM_SHA_256_PLUS).is_err());
+    assert!(plus_exchange(hash, bound, SCRAM_SHA_256).is_err());
+    // "y" over TLS where -PLUS was offered is a downgrade.
+    assert_eq!(
+        plus_exchange(hash, ClientBinding::SupportedNotUsed, SCRAM_SHA_256).err(),
+        Some(ProtocolError::Scram(
+            "channel binding negotiation error (downgrade suspected)"
+        ))
+    );
+    // A client that does not support binding may still use plain SCRAM over TLS.
+    assert!(plus_exchange(hash, ClientBinding::NotSupported, SCRAM_SHA_256).is_ok());
 }
 
 #[test]

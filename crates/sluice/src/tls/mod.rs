@@ -1,0 +1,142 @@
+//! TLS with rustls: the configs for client connections (we are the TLS server) and server
+//! connections (we are the TLS client), built from the `*_tls_*` settings into one `TlsSetup`
+//! that `App` swaps on RELOAD, plus what a connection learned from its handshake.
+
+pub mod acceptor;
+pub mod connector;
+pub mod describe;
+pub mod handshake;
+pub mod pem;
+pub mod versions;
+
+use std::sync::Arc;
+
+use sluice_config::{ConfigError, Settings};
+
+pub use acceptor::ClientTls;
+pub use connector::ServerTls;
+
+/// What the rest of the pooler may know about a client connection's TLS (auth, HBA rules).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFacts {
+    pub is_tls: bool,
+    /// Subject CN of the client certificate, when one was presented and verified.
+    pub peer_cert_cn: Option<String>,
+    /// tls-server-end-point data of our certificate, for SCRAM-SHA-256-PLUS.
+    pub channel_binding: Option<Vec<u8>>,
+    /// PgBouncer's `tls` column text ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519").
+    pub description: String,
+}
+
+/// A TLS setting that cannot be used. Display names the setting (and the file).
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum TlsError {
+    #[error("{key}: {file}: {reason}")]
+    File {
+        key: &'static str,
+        file: String,
+        reason: String,
+    },
+    #[error("{key}: {reason}")]
+    Setting { key: &'static str, reason: String },
+}
+
+impl TlsError {
+    pub fn file(key: &'static str, file: &str, reason: impl Into<String>) -> Self {
+        TlsError::File {
+            key,
+            file: file.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn setting(key: &'static str, reason: impl Into<String>) -> Self {
+        TlsError::Setting {
+            key,
+            reason: reason.into(),
+        }
+    }
+
+    /// As a config load error of `config_file` (startup refuses to run with it).
+    pub fn into_config_error(self, config_file: &str) -> ConfigError {
+        match self {
+            TlsError::File { key, file, reason } => ConfigError::Io {
+                file,
+                reason: format!("{key}: {reason}"),
+            },
+            TlsError::Setting { key, reason } => ConfigError::Io {
+                file: config_file.to_string(),
+                reason: format!("{key}: {reason}"),
+            },
+        }
+    }
+}
+
+/// Both sides' TLS, built together so that modes and certificates always match.
+#[derive(Debug)]
+pub struct TlsSetup {
+    pub client: ClientTls,
+    pub server: Arc<ServerTls>,
+}
+
+impl TlsSetup {
+    /// Build from settings; warnings (ignored protocol or cipher names) are logged.
+    pub fn load(s: &Settings) -> Result<Self, TlsError> {
+        Ok(TlsSetup {
+            client: ClientTls::load(s)?,
+            server: Arc::new(ServerTls::load(s)?),
+        })
+    }
+
+    /// Plaintext both ways (for tests and when everything is disabled).
+    pub fn disabled() -> Self {
+        TlsSetup {
+            client: ClientTls::disabled(),
+            server: Arc::new(ServerTls::disabled()),
+        }
+    }
+}
+
+/// The ring provider with the cipher suites and protocol versions the settings allow.
+fn provider(
+    s: &Settings,
+    client_side: bool,
+) -> Result<
+    (
+        Arc<rustls::crypto::CryptoProvider>,
+        Vec<&'static rustls::SupportedProtocolVersion>,
+    ),
+    TlsError,
+> {
+    let (pk, pv, ck, cv, tk, tv) = if client_side {
+        (
+            "client_tls_protocols",
+            &s.client_tls_protocols,
+            "client_tls_ciphers",
+            &s.client_tls_ciphers,
+            "client_tls13_ciphers",
+            &s.client_tls13_ciphers,
+        )
+    } else {
+        (
+            "server_tls_protocols",
+            &s.server_tls_protocols,
+            "server_tls_ciphers",
+            &s.server_tls_ciphers,
+            "server_tls13_ciphers",
+            &s.server_tls13_ciphers,
+        )
+    };
+    let (versions, mut warnings) = versions::protocols(pk, pv)?;
+    let mut p = rustls::crypto::ring::default_provider();
+    let (suites, w) = versions::cipher_suites(ck, cv, tk, tv, &p.cipher_suites)?;
+    warnings.extend(w);
+    for w in warnings {
+        tracing::warn!("TLS: {w}");
+    }
+    p.cipher_suites = suites;
+    Ok((Arc::new(p), versions))
+}
+
+#[cfg(test)]
+mod tests;

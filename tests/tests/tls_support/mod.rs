@@ -1,0 +1,80 @@
+//! Shared pieces of the TLS tests: certificates, PostgreSQL with ssl=on, a raw TLS client.
+
+#![allow(dead_code)]
+
+pub mod certs;
+pub mod client;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sluice_e2e::PgCluster;
+
+pub use certs::Certs;
+
+/// Write a file the `postgres` user owns (PostgreSQL refuses keys readable by others).
+fn write_for_postgres(path: &Path, text: &str, mode: u32) {
+    fs::write(path, text).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    if nix::unistd::geteuid().is_root() {
+        let u = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+        nix::unistd::chown(path, Some(u.uid), Some(u.gid)).unwrap();
+    }
+}
+
+/// This test binary's cluster, with ssl=on and the `Certs::pg` certificate (signed by `Certs::ca`,
+/// valid for "localhost" only). Plaintext connections keep working (hba `host` lines). Role
+/// `cert_user` may log in only over TLS with a client certificate (`hostssl ... cert`) signed by
+/// `Certs::ca` with CN = cert_user.
+pub fn pg_with_ssl() -> &'static PgCluster {
+    static DONE: OnceLock<()> = OnceLock::new();
+    let pg = PgCluster::get();
+    DONE.get_or_init(|| {
+        let c = Certs::get();
+        write_for_postgres(&pg.data_dir.join("sluice-test.crt"), &c.pg.cert, 0o644);
+        write_for_postgres(&pg.data_dir.join("sluice-test.key"), &c.pg.key, 0o600);
+        write_for_postgres(
+            &pg.data_dir.join("sluice-test-ca.crt"),
+            &c.ca.pem.cert,
+            0o644,
+        );
+        let hba = pg.data_dir.join("pg_hba.conf");
+        let old = fs::read_to_string(&hba).unwrap();
+        let line =
+            "hostssl all cert_user 127.0.0.1/32 cert\nhost all cert_user 127.0.0.1/32 reject\n";
+        write_for_postgres(&hba, &format!("{line}{old}"), 0o600);
+        pg.psql("postgres", "CREATE ROLE cert_user LOGIN");
+        pg.psql("postgres", "GRANT CONNECT ON DATABASE app TO cert_user");
+        pg.psql(
+            "postgres",
+            "ALTER SYSTEM SET ssl_ca_file = 'sluice-test-ca.crt'",
+        );
+        pg.psql(
+            "postgres",
+            "ALTER SYSTEM SET ssl_cert_file = 'sluice-test.crt'",
+        );
+        pg.psql(
+            "postgres",
+            "ALTER SYSTEM SET ssl_key_file = 'sluice-test.key'",
+        );
+        pg.psql("postgres", "ALTER SYSTEM SET ssl = on");
+        pg.psql("postgres", "SELECT pg_reload_conf()");
+        for _ in 0..100 {
+            if pg.psql("postgres", "SHOW ssl") == "on" {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("PostgreSQL did not turn ssl on");
+    });
+    pg
+}
+
+/// Key files handed to libpq must not be group/world readable.
+pub fn write_private(path: &Path, text: &str) {
+    fs::write(path, text).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).unwrap();
+}
