@@ -98,7 +98,7 @@ declare_settings! {
         so_reuseport: bool = "0", fixed, supported, "Set SO_REUSEPORT on TCP listeners.";
         stats_period: u32 = "60", reloadable, supported, "Whole seconds between statistics averages and stats log lines.";
         stats_users: Vec<String> = "", reloadable, supported, "Comma list of users allowed read-only admin console commands.";
-        suspend_timeout: Seconds = "10", reloadable, unsupported, "Seconds to flush buffers during SUSPEND before dropping laggards.";
+        suspend_timeout: Seconds = "10", reloadable, supported, "Seconds to flush buffers during SUSPEND before dropping laggards.";
         syslog: bool = "0", reloadable, unsupported, "Also log to syslog.";
         syslog_facility: String = "daemon", reloadable, unsupported, "Syslog facility.";
         syslog_ident: String = "pgbouncer", reloadable, unsupported, "Syslog ident.";

@@ -21,6 +21,7 @@ pub mod scram_cache;
 pub mod server;
 pub mod session_state;
 pub mod stats;
+pub mod suspend;
 pub mod tls;
 
 use std::sync::atomic::Ordering;
@@ -62,6 +63,11 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
         match now {
             Phase::Running => {}
             Phase::Exit => break,
+            // Suspended connections cannot finish anything, so a graceful wait would never end.
+            _ if app.control.is_suspended() => {
+                tracing::info!("suspend was in progress, going down immediately");
+                break;
+            }
             Phase::WaitForServers => {
                 if !paused {
                     tracing::info!("got SIGINT, shutting down, waiting for servers");
@@ -102,7 +108,10 @@ async fn janitor_loop(app: Arc<App>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
-        pool::janitor::tick(&app.pools);
+        // As PgBouncer: no maintenance while suspended, so nothing closes or opens under SUSPEND.
+        if !app.control.gate().is_suspended() {
+            pool::janitor::tick(&app.pools);
+        }
     }
 }
 

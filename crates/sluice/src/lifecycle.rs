@@ -2,9 +2,12 @@
 //! between them (signals, admin SHUTDOWN), plus the PAUSE/SUSPEND/DISABLE flags the admin console sets.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
+
+use crate::suspend::SuspendGate;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -69,6 +72,8 @@ pub enum ControlError {
     DbAlreadyPaused(String),
     #[error("pooler is shutting down")]
     ShuttingDown,
+    #[error("cannot suspend with paused databases")]
+    PausedDatabases,
 }
 
 #[derive(Debug, Default)]
@@ -80,17 +85,29 @@ struct ControlState {
 }
 
 /// The admin console's switches: global PAUSE/SUSPEND, per-database PAUSE, DISABLE. Pools read
-/// them when created; the admin commands push changes to existing pools.
+/// them when created; the admin commands push changes to existing pools. SUSPEND does not freeze
+/// the pools (clients that already sent a request are served until they stop): it closes the
+/// `SuspendGate` that listeners, idle clients and relays watch.
 #[derive(Debug, Default)]
 pub struct Control {
     state: Mutex<ControlState>,
+    gate: Arc<SuspendGate>,
 }
 
 impl Control {
     /// New work for `db` must not get a server.
     pub fn db_paused(&self, db: &str) -> bool {
         let st = self.state.lock();
-        st.paused || st.suspended || st.paused_dbs.contains(db)
+        st.paused || st.paused_dbs.contains(db)
+    }
+
+    /// The SUSPEND gate, for the tasks that stop at it.
+    pub fn gate(&self) -> &Arc<SuspendGate> {
+        &self.gate
+    }
+
+    pub fn is_suspended(&self) -> bool {
+        self.state.lock().suspended
     }
 
     pub fn db_disabled(&self, db: &str) -> bool {
@@ -138,12 +155,18 @@ impl Control {
         }
     }
 
+    /// SUSPEND: refused while paused or suspended, and while any database is paused (its clients
+    /// could not flush what they hold).
     pub fn suspend(&self) -> Result<(), ControlError> {
         let mut st = self.state.lock();
-        if st.paused || st.suspended || !st.paused_dbs.is_empty() {
+        if st.paused || st.suspended {
             return Err(ControlError::AlreadyPaused);
         }
+        if !st.paused_dbs.is_empty() {
+            return Err(ControlError::PausedDatabases);
+        }
         st.suspended = true;
+        self.gate.suspend();
         Ok(())
     }
 
@@ -154,7 +177,10 @@ impl Control {
             return Err(ControlError::NotPaused);
         }
         st.paused = false;
-        st.suspended = false;
+        if st.suspended {
+            st.suspended = false;
+            self.gate.resume();
+        }
         st.paused_dbs.clear();
         Ok(())
     }
@@ -187,7 +213,8 @@ mod tests {
         assert_eq!(c.resume_all(), Err(ControlError::NotPaused));
         c.pause_db("app").unwrap();
         assert!(c.db_paused("app") && !c.db_paused("other"));
-        assert_eq!(c.suspend(), Err(ControlError::AlreadyPaused));
+        assert_eq!(c.suspend(), Err(ControlError::PausedDatabases));
+        assert!(!c.gate().is_suspended());
         assert_eq!(
             c.resume_db("other"),
             Err(ControlError::DbNotPaused("other".into()))
@@ -198,6 +225,20 @@ mod tests {
         assert!(c.db_paused("other"));
         c.resume_all().unwrap();
         assert!(!c.db_paused("app"));
+    }
+
+    #[test]
+    fn suspend_closes_the_gate_and_resume_opens_it() {
+        let c = Control::default();
+        c.suspend().unwrap();
+        assert!(c.gate().is_suspended() && c.is_suspended());
+        assert_eq!(c.flags(), (false, true));
+        assert!(!c.db_paused("app"), "SUSPEND does not freeze the pools");
+        assert_eq!(c.suspend(), Err(ControlError::AlreadyPaused));
+        assert_eq!(c.pause_all(), Err(ControlError::AlreadyPaused));
+        c.resume_all().unwrap();
+        assert!(!c.gate().is_suspended() && !c.is_suspended());
+        assert_eq!(c.resume_all(), Err(ControlError::NotPaused));
     }
 
     #[test]

@@ -137,10 +137,31 @@ fn bind_unix(dir: &str, port: u16, mode: u32) -> Result<(UnixListener, PathBuf),
     Ok((l, path))
 }
 
+/// While SUSPEND holds, accept nothing: new connections wait in the listen backlog, as with
+/// PgBouncer's suspended listeners. False when the pooler stops accepting meanwhile.
+async fn wait_while_suspended(app: &App, phase: &mut watch::Receiver<Phase>) -> bool {
+    let gate = app.control.gate();
+    while gate.is_suspended() {
+        tokio::select! {
+            _ = gate.resumed() => {}
+            r = phase.changed() => {
+                if r.is_err() || *phase.borrow() != Phase::Running {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
 /// Accept TCP clients until the pooler stops accepting (any phase but Running).
 pub async fn accept_tcp(app: Arc<App>, listener: TcpListener, mut phase: watch::Receiver<Phase>) {
     loop {
+        if !wait_while_suspended(&app, &mut phase).await {
+            return;
+        }
         tokio::select! {
+            _ = app.control.gate().suspended() => {}
             r = listener.accept() => match r {
                 Ok((sock, addr)) => {
                     tune_tcp(&sock, &tcp_tuning(&app.config()));
@@ -163,7 +184,11 @@ pub async fn accept_tcp(app: Arc<App>, listener: TcpListener, mut phase: watch::
 /// Accept Unix-socket clients until the pooler stops accepting.
 pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch::Receiver<Phase>) {
     loop {
+        if !wait_while_suspended(&app, &mut phase).await {
+            return;
+        }
         tokio::select! {
+            _ = app.control.gate().suspended() => {}
             r = listener.accept() => match r {
                 Ok((sock, _)) => {
                     let pid = sock.peer_cred().ok().and_then(|c| c.pid());

@@ -9,11 +9,13 @@ use sluice_config::SetError;
 
 use super::{AdminError, ConsoleState, ADMIN_DB};
 use crate::app::App;
+use crate::client::kill::KillReason;
+use crate::client::registry::ClientEntry;
 use crate::error::sqlstate;
 use crate::lifecycle::Phase;
 use crate::pool::{resolve, Pool};
 
-/// How often PAUSE / WAIT_CLOSE re-check their condition.
+/// How often PAUSE / SUSPEND / WAIT_CLOSE re-check their condition.
 const POLL: Duration = Duration::from_millis(20);
 
 /// The pools a command applies to: one database, or every pool.
@@ -131,6 +133,62 @@ async fn pause(app: &App, db: Option<&str>) -> Result<(), AdminError> {
     Ok(())
 }
 
+/// Clients SUSPEND still waits for: all but the admin consoles, that have not parked (stopped
+/// reading with nothing buffered). Clients still logging in count: they park once logged in.
+fn unparked(app: &App) -> Vec<Arc<ClientEntry>> {
+    let clients = app
+        .registry
+        .all()
+        .into_iter()
+        .filter(|c| c.identity.get().is_none_or(|(db, _)| db != ADMIN_DB))
+        .collect();
+    app.control.gate().unparked(clients, |c| c.id)
+}
+
+/// SUSPEND: close the gate, then return once every client has parked; after suspend_timeout the
+/// laggards are disconnected ("suspend_timeout"). The pools keep serving meanwhile, so a client
+/// that already sent a request gets it through and parks afterwards.
+async fn suspend(app: &App, state: &mut ConsoleState) -> Result<(), AdminError> {
+    app.control
+        .suspend()
+        .map_err(|e| AdminError::new(e.to_string()))?;
+    state.suspended_here = true;
+    tracing::info!("SUSPEND command issued");
+    // Clients blocked reading would not look at the gate before their peer sends something.
+    for c in app.registry.all() {
+        c.kill.nudge();
+    }
+    let limit = app.config().settings.suspend_timeout.as_duration();
+    let started = tokio::time::Instant::now();
+    let mut forced = false;
+    loop {
+        if !app.control.is_suspended() {
+            return Err(AdminError::new(
+                "pooler was resumed before SUSPEND completed",
+            ));
+        }
+        let laggards = unparked(app);
+        if laggards.is_empty() {
+            break;
+        }
+        if limit.is_some_and(|l| started.elapsed() >= l) {
+            if !forced {
+                tracing::info!(
+                    "SUSPEND: suspend_timeout reached, closing {} client(s) that did not stop",
+                    laggards.len()
+                );
+                forced = true;
+            }
+            for c in &laggards {
+                c.kill.cancel_because(KillReason::SuspendTimeout);
+            }
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    tracing::info!("SUSPEND: all clients stopped");
+    Ok(())
+}
+
 fn resume(app: &App, db: Option<&str>) -> Result<(), AdminError> {
     let Some(d) = db else {
         return resume_all(app);
@@ -225,13 +283,7 @@ pub async fn run(
         }
         "suspend" => {
             no_arg(arg, cmd)?;
-            app.control
-                .suspend()
-                .map_err(|e| AdminError::new(e.to_string()))?;
-            for p in scope(app, None) {
-                p.set_paused(true);
-            }
-            state.suspended_here = true;
+            suspend(app, state).await?;
             "SUSPEND"
         }
         "disable" | "enable" => {

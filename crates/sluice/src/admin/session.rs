@@ -4,10 +4,12 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::BytesMut;
 use sluice_protocol::{
     encode_backend_key_data, encode_error, encode_parameter_status, encode_ready_for_query,
     frontend_tag, Severity, TransactionStatus,
 };
+use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
 use super::{execute, parse, Access, ConsoleState, ADMIN_DB, ADMIN_USER, PGBOUNCER_COMPAT};
@@ -123,10 +125,27 @@ pub async fn run(
     client.label = format!("{ADMIN_DB}/{}@{}", info.user, client.peer);
     let mut state = ConsoleState::default();
     let end = serve(app, client, access, entry, &mut state).await;
-    if state.suspended_here && super::control::resume_all(app).is_ok() {
-        tracing::info!("admin console that issued SUSPEND left: resuming");
+    // The console that issued SUSPEND is the only way back in (the listeners are suspended).
+    if state.suspended_here && app.control.is_suspended() && super::control::resume_all(app).is_ok()
+    {
+        tracing::info!("admin disappeared when suspended, doing RESUME");
     }
     end
+}
+
+/// Completes when the console's peer closes or its socket fails. What it sends meanwhile (a
+/// pipelined query) stays in `rbuf` for the query loop; past MAX_QUERY it is no longer read.
+async fn peer_gone(stream: &mut Stream, rbuf: &mut BytesMut) {
+    while rbuf.len() <= MAX_QUERY {
+        if rbuf.capacity() - rbuf.len() < 512 {
+            rbuf.reserve(4096);
+        }
+        match stream.read_buf(rbuf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+    std::future::pending().await
 }
 
 async fn serve(
@@ -161,7 +180,16 @@ async fn serve(
         let started = Instant::now();
         let mut out = std::mem::take(&mut client.wbuf);
         let result = match parse::parse(&text) {
-            Ok(cmd) => execute(app, access, cmd, state, &mut out).await,
+            // PAUSE, SUSPEND and WAIT_CLOSE wait: notice meanwhile if the console leaves. The
+            // command stops waiting; a PAUSE stays in place (as in PgBouncer), a SUSPEND is undone.
+            Ok(cmd) => tokio::select! {
+                r = execute(app, access, cmd, state, &mut out) => r,
+                _ = peer_gone(&mut client.stream, &mut client.rbuf) => {
+                    tracing::info!("C-{}: {} admin console closed while its command ran", client.id, client.label);
+                    return EndReason::ClientClosed;
+                }
+                _ = entry.kill.cancelled() => return refuse("admin forced disconnect"),
+            },
             Err(e) => Err(super::AdminError::new(e.to_string())),
         };
         if let Err(e) = result {

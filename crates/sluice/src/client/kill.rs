@@ -1,18 +1,44 @@
-//! `KillSwitch`: how the admin console (KILL, KILL_CLIENT) tells one client task to disconnect.
+//! `KillSwitch`: how the admin console (KILL, KILL_CLIENT, SUSPEND's suspend_timeout) tells one
+//! client task to disconnect, and why.
 //!
-//! Only the client's own task ever waits on it, so one atomic flag and one registered waker do;
+//! Only the client's own task ever waits on it, so one atomic and one registered waker do;
 //! the task polls it beside every read and relay, once per transaction or more, where a general
 //! cancellation token would take a lock and link a waiter each time.
 
 use std::future::{poll_fn, Future};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll};
 
 use atomic_waker::AtomicWaker;
 
+use crate::error::{sqlstate, ClientNotice};
+
+/// Why a client was told to disconnect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum KillReason {
+    /// KILL, KILL_CLIENT.
+    Admin = 1,
+    /// It had not stopped with its buffers flushed when SUSPEND's suspend_timeout ran out.
+    SuspendTimeout = 2,
+}
+
+impl KillReason {
+    /// What the client and the disconnect log line see (PgBouncer's wording).
+    pub fn message(self) -> &'static str {
+        match self {
+            KillReason::Admin => "admin forced disconnect",
+            KillReason::SuspendTimeout => "suspend_timeout",
+        }
+    }
+}
+
+const ALIVE: u8 = 0;
+
 #[derive(Debug, Default)]
 pub struct KillSwitch {
-    killed: AtomicBool,
+    /// ALIVE, or the `KillReason` of the first cancel.
+    state: AtomicU8,
     waker: AtomicWaker,
 }
 
@@ -21,14 +47,40 @@ impl KillSwitch {
         KillSwitch::default()
     }
 
-    /// Flip the switch and wake the client's task.
+    /// Flip the switch (KILL, KILL_CLIENT) and wake the client's task.
     pub fn cancel(&self) {
-        self.killed.store(true, Ordering::Release);
+        self.cancel_because(KillReason::Admin);
+    }
+
+    /// Flip the switch for `reason` (the first reason given wins) and wake the client's task.
+    pub fn cancel_because(&self, reason: KillReason) {
+        let _ =
+            self.state
+                .compare_exchange(ALIVE, reason as u8, Ordering::AcqRel, Ordering::Acquire);
+        self.waker.wake();
+    }
+
+    /// Wake the client's task without flipping the switch, so that it looks again at shared state
+    /// it does not otherwise wait on (SUSPEND: a task blocked reading must notice it).
+    pub fn nudge(&self) {
         self.waker.wake();
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.killed.load(Ordering::Acquire)
+        self.state.load(Ordering::Acquire) != ALIVE
+    }
+
+    /// Why the switch was flipped (Admin when it was not).
+    pub fn reason(&self) -> KillReason {
+        match self.state.load(Ordering::Acquire) {
+            2 => KillReason::SuspendTimeout,
+            _ => KillReason::Admin,
+        }
+    }
+
+    /// The FATAL the client gets when its switch was flipped.
+    pub fn notice(&self) -> ClientNotice {
+        ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, self.reason().message())
     }
 
     pub fn poll_cancelled(&self, cx: &mut Context<'_>) -> Poll<()> {
@@ -71,5 +123,16 @@ mod tests {
             .unwrap();
         // Already flipped: completes at once.
         k.cancelled().await;
+        assert_eq!(k.notice().message, "admin forced disconnect");
+    }
+
+    #[test]
+    fn the_first_reason_wins() {
+        let k = KillSwitch::new();
+        k.cancel_because(KillReason::SuspendTimeout);
+        k.cancel();
+        assert!(k.is_cancelled());
+        assert_eq!(k.reason(), KillReason::SuspendTimeout);
+        assert_eq!(k.notice().message, "suspend_timeout");
     }
 }

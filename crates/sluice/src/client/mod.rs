@@ -21,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 use crate::app::App;
 use crate::error::ClientNotice;
 use crate::net::{PeerAddr, Stream};
+use crate::suspend::SuspendGate;
 
 /// The client's socket and buffers.
 pub struct ClientConn {
@@ -33,12 +34,15 @@ pub struct ClientConn {
     pub peer: PeerAddr,
     /// "db/user@addr" once known, for log lines.
     pub label: String,
+    /// SUSPEND: where the idle loop and the relay stop reading (carried here so that the relay
+    /// reaches it without another argument).
+    pub suspend: Arc<SuspendGate>,
     /// TLS facts of this connection (plaintext: `is_tls` false), for auth and HBA rules.
     pub tls: crate::tls::TlsFacts,
 }
 
 impl ClientConn {
-    pub fn new(id: u64, stream: Stream, peer: PeerAddr) -> Self {
+    pub fn new(id: u64, stream: Stream, peer: PeerAddr, suspend: Arc<SuspendGate>) -> Self {
         let label = format!("@{peer}");
         ClientConn {
             id,
@@ -47,6 +51,7 @@ impl ClientConn {
             wbuf: BytesMut::with_capacity(512),
             peer,
             label,
+            suspend,
             tls: crate::tls::TlsFacts::default(),
         }
     }
@@ -116,7 +121,7 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
             let _ = registration.entry.local_addr.set(a);
         }
     }
-    let mut client = ClientConn::new(id, stream, peer);
+    let mut client = ClientConn::new(id, stream, peer, app.control.gate().clone());
     let reason = run(&app, &mut client, count, &registration.entry).await;
     let cfg = app.config();
     match &reason {
@@ -202,6 +207,13 @@ async fn run(
         login::login(app, client, info, entry.clone())
             .await
             .map(|s| LoggedIn::Pool(Box::new(s)))
+    };
+    // KILL_CLIENT, or SUSPEND running out of suspend_timeout, may end a client still logging in.
+    let login = async {
+        tokio::select! {
+            r = login => r,
+            _ = entry.kill.cancelled() => Err(EndReason::Error(entry.kill.notice())),
+        }
     };
     let session = match login_timeout {
         Some(t) => match tokio::time::timeout(t, login).await {

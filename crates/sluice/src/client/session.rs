@@ -68,7 +68,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
             Idle::Bad(m) => {
                 return EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, m))
             }
-            Idle::Killed => return killed(),
+            Idle::Killed => return killed(&s.entry.kill),
         }
         if app.lifecycle.phase() == Phase::WaitForServers {
             return EndReason::Shutdown;
@@ -76,7 +76,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
         s.entry.set_state(ClientState::Waiting);
         let checkout = tokio::select! {
             r = s.pool.checkout() => r,
-            _ = s.entry.kill.cancelled() => return killed(),
+            _ = s.entry.kill.cancelled() => return killed(&s.entry.kill),
         };
         let mut server = match checkout {
             Ok(server) => server,
@@ -217,7 +217,7 @@ async fn relay_once(
     // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
     tokio::select! {
         end = relay.run() => end,
-        _ = s.entry.kill.cancelled() => RelayEnd::Fatal { notice: killed_notice(), server_clean: false },
+        _ = s.entry.kill.cancelled() => RelayEnd::Fatal { notice: s.entry.kill.notice(), server_clean: false },
     }
 }
 
@@ -273,12 +273,8 @@ async fn finish(
     }
 }
 
-fn killed_notice() -> ClientNotice {
-    ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "admin forced disconnect")
-}
-
-fn killed() -> EndReason {
-    EndReason::Error(killed_notice())
+fn killed(kill: &KillSwitch) -> EndReason {
+    EndReason::Error(kill.notice())
 }
 
 /// Return a clean server, after the reset queries when they apply (the pool counts it as
@@ -313,12 +309,17 @@ async fn wait_for_request(
                 None => std::future::pending().await,
             }
         };
+        // SUSPEND: with nothing half-read, stop reading (and timing out) until RESUME.
+        let suspended = client.suspend.is_suspended();
+        let park = suspended && client.rbuf.is_empty();
         tokio::select! {
-            r = client.stream.read_buf(&mut client.rbuf) => match r {
+            r = client.stream.read_buf(&mut client.rbuf), if !park => match r {
                 Ok(0) | Err(_) => return Idle::Closed,
                 Ok(n) => PoolStats::add(&stats.bytes_received, n as u64),
             },
-            _ = sleep => return Idle::Timeout,
+            _ = client.suspend.parked_until_resume(client.id), if park => {}
+            _ = client.suspend.closed_on_wake(), if !suspended => {}
+            _ = sleep, if !park => return Idle::Timeout,
             _ = kill.cancelled() => return Idle::Killed,
             changed = phase.changed() => {
                 if changed.is_err() || *phase.borrow() == Phase::Exit || *phase.borrow() == Phase::WaitForServers {

@@ -247,6 +247,18 @@ impl<'a> Relay<'a> {
             && self.server.rbuf.is_empty()
     }
 
+    /// Nothing read waits to be written and no message is half-way through: SUSPEND may stop here.
+    fn flushed(&self) -> bool {
+        self.c.ready == 0
+            && self.c.remaining == 0
+            && self.c_inject.is_empty()
+            && self.client.rbuf.is_empty()
+            && self.s.ready == 0
+            && self.s.remaining == 0
+            && self.s_inject.is_empty()
+            && self.server.rbuf.is_empty()
+    }
+
     fn server_clean(&self) -> bool {
         self.quiescent() && self.server.status == TransactionStatus::Idle
     }
@@ -290,6 +302,15 @@ impl<'a> Relay<'a> {
                     }
                     _ => return Poll::Ready(RelayEnd::Released),
                 }
+            }
+
+            // SUSPEND: once everything read is written out and no message is half-way, stop reading
+            // both sides (and timing out) until RESUME wakes us. Hot path cost: one relaxed load.
+            if self.client.suspend.is_suspended()
+                && self.flushed()
+                && self.client.suspend.park(self.client.id, cx)
+            {
+                return Poll::Pending;
             }
 
             // 3. read from the client
