@@ -2,7 +2,7 @@
 """Sluice benchmark driver (stdlib only): direct PostgreSQL vs PgBouncer vs Sluice with pgbench.
 
 Started by bench/run.sh. Environment:
-  SLUICE_BIN        sluice binary (empty or failing to start: Sluice is skipped)
+  SLUICE_BIN          sluice binary (empty or failing to start: Sluice is skipped)
   BENCH_DURATION      seconds per pgbench run (default 10)
   BENCH_REPEATS       repetitions of the whole scenario list, interleaved (default 3)
   BENCH_SCALE         pgbench -i scale (default 10)
@@ -639,7 +639,7 @@ def summarize(results, scenarios):
 
 
 def print_summary(summary):
-    hdr = ["scenario", "target", "ok/runs", "tps median (min-max)", "p99 ms", "cpu us/tx", "cpu us/login",
+    hdr = ["scenario", "target", "ok/runs", "tps", "p99 ms", "cpu us/tx", "cpu us/login",
            "KiB/client", "cpu S/P", "tps S/P", "KiB S/P"]
 
     def _sp(v, nd):
