@@ -228,10 +228,15 @@ async fn run(
                 .stats
                 .login_time
                 .observe_us(accepted.elapsed().as_micros() as u64);
-            session::run(app, client, *s).await
+            // Boxed: the session's state machine is large, and keeping it out of the spawned
+            // future spares copying it while the task is created and polled.
+            Box::pin(session::run(app, client, *s)).await
         }
         Ok(LoggedIn::Admin(info, access)) => {
-            crate::admin::session::run(app, client, &info, access, entry).await
+            Box::pin(crate::admin::session::run(
+                app, client, &info, access, entry,
+            ))
+            .await
         }
         Err(reason) => reason,
     }

@@ -74,9 +74,12 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
             return EndReason::Shutdown;
         }
         s.entry.set_state(ClientState::Waiting);
+        // `biased`: no random branch order to draw per request; the kill switch goes first so a
+        // busy client cannot outrun a KILL.
         let checkout = tokio::select! {
-            r = s.pool.checkout() => r,
+            biased;
             _ = s.entry.kill.cancelled() => return killed(&s.entry.kill),
+            r = s.pool.checkout() => r,
         };
         let mut server = match checkout {
             Ok(server) => server,
@@ -216,8 +219,9 @@ async fn relay_once(
     );
     // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
     tokio::select! {
-        end = relay.run() => end,
+        biased;
         _ = s.entry.kill.cancelled() => RelayEnd::Fatal { notice: s.entry.kill.notice(), server_clean: false },
+        end = relay.run() => end,
     }
 }
 
@@ -313,6 +317,8 @@ async fn wait_for_request(
         let suspended = client.suspend.is_suspended();
         let park = suspended && client.rbuf.is_empty();
         tokio::select! {
+            biased;
+            _ = kill.cancelled() => return Idle::Killed,
             r = client.stream.read_buf(&mut client.rbuf), if !park => match r {
                 Ok(0) | Err(_) => return Idle::Closed,
                 Ok(n) => PoolStats::add(&stats.bytes_received, n as u64),
@@ -320,7 +326,6 @@ async fn wait_for_request(
             _ = client.suspend.parked_until_resume(client.id), if park => {}
             _ = client.suspend.closed_on_wake(), if !suspended => {}
             _ = sleep, if !park => return Idle::Timeout,
-            _ = kill.cancelled() => return Idle::Killed,
             changed = phase.changed() => {
                 if changed.is_err() || *phase.borrow() == Phase::Exit || *phase.borrow() == Phase::WaitForServers {
                     return Idle::Shutdown;
