@@ -11,6 +11,8 @@ Started by bench/run.sh. Environment:
   BENCH_SCENARIOS     comma list of scenario names (default all, see SCENARIOS)
   BENCH_IDLE_CLIENTS  idle logged-in clients held open by the idle_clients scenario (default 10000)
   BENCH_IDLE_BATCH    concurrent logins while opening them (default 500)
+  BENCH_POOLER_NOFILE soft RLIMIT_NOFILE for both poolers (default: the bench process's, raised
+                      to max(8192, BENCH_IDLE_CLIENTS + 1024) within the hard limit)
   PGBOUNCER_BIN       default /usr/sbin/pgbouncer
 
 Per run: tps, latency p50/p95/p99 (from pgbench --log), pooler CPU per transaction (per login
@@ -261,7 +263,7 @@ class Pooler:
     """PgBouncer or Sluice with an identical pgbouncer.ini (only port and dir differ)."""
 
     def __init__(self, name, cmd_prefix, binary, base, cluster, secrets, owner_pg, nofile, max_client_conn,
-                 extra_ini=""):
+                 extra_ini="", forced_nofile=False):
         self.name, self.binary = name, binary
         self.dir = os.path.join(base, name)
         os.mkdir(self.dir)
@@ -278,10 +280,13 @@ class Pooler:
                 f.write(f'"{user}" "{secret}"\n')
         self.log_path = os.path.join(self.dir, "pooler.log")
         # runuser's PAM session resets the soft RLIMIT_NOFILE to 1024; raise it again to the bench
-        # process's own (sized for BENCH_IDLE_CLIENTS). Started directly, Sluice inherits it.
+        # process's own (sized for BENCH_IDLE_CLIENTS). Started directly, Sluice inherits it, unless
+        # BENCH_POOLER_NOFILE sets both poolers' soft limit (`exec` keeps the pid).
         if cmd_prefix:
             self.cmd = cmd_prefix + ["sh", "-c", f'ulimit -n {nofile} 2>/dev/null || ulimit -n 4096; exec "$0" "$1"',
                                      binary, ini]
+        elif forced_nofile:
+            self.cmd = ["sh", "-c", f'ulimit -n {nofile} && exec "$0" "$1"', binary, ini]
         else:
             self.cmd = [binary, ini]
         self.runner_pid_is_child = bool(cmd_prefix)
@@ -506,7 +511,7 @@ async def hold_idle(port, user, password, n, batch, on_held):
     async def one():
         async with sem:
             try:
-                conns.append(await asyncio.wait_for(login(port, user, password), 60))
+                conns.append(await asyncio.wait_for(login(port, user, password), 30))
             except Exception as e:  # noqa: BLE001 - every failure is counted and reported
                 errors[(str(e) or type(e).__name__)[:120]] += 1
 
@@ -701,6 +706,7 @@ def main():
         skipped["idle_clients"] = why
         scenarios = [sc for sc in scenarios if sc["kind"] != "idle"]
     max_client_conn = max(2000, idle_n + 100)
+    pooler_nofile = int(os.environ.get("BENCH_POOLER_NOFILE", "0"))  # 0: the bench process's own
 
     base = tempfile.mkdtemp(prefix="sluice-bench-")
     os.chmod(base, 0o755)
@@ -734,7 +740,8 @@ def main():
             if not (binary and os.access(binary, os.X_OK)):
                 skipped[name] = missing
                 continue
-            p = Pooler(name, prefix, binary, base, cluster, secrets, owner_pg, nofile, max_client_conn, extra)
+            p = Pooler(name, prefix, binary, base, cluster, secrets, owner_pg, pooler_nofile or nofile,
+                       max_client_conn, extra, forced_nofile=bool(pooler_nofile))
             if p.start():
                 poolers[name] = p
             else:
@@ -796,7 +803,7 @@ def main():
             "sluice_bin": sluice_bin, "git_rev": git_rev(), "skipped": skipped,
             "targets": order, "scenarios": scenarios, "auth_methods": auth,
             "pool_mode": "transaction", "default_pool_size": 20, "max_connections": 100,
-            "max_client_conn": max_client_conn, "bench_nofile": nofile,
+            "max_client_conn": max_client_conn, "bench_nofile": nofile, "pooler_nofile": pooler_nofile or nofile,
             "idle_clients": idle_n, "idle_batch": idle_batch,
         }
     finally:
