@@ -194,6 +194,7 @@ const SUPPORTED: &[&str] = &[
     "max_user_client_connections",
     "admin_users",
     "stats_users",
+    "suspend_timeout",
     "client_tls_sslmode",
     "client_tls_key_file",
     "client_tls_cert_file",
