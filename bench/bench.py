@@ -422,6 +422,9 @@ def run_scenario(sc, target_name, port, pooler, duration, select1, log_prefix):
     r["status"] = "ok" if ok else "FAILED"
     if not ok:
         lines = [line for line in err.splitlines() if line.strip()]
+        if not lines and rc == 0 and r["transactions"] == 0:
+            lines = [f"no transaction completed within -T {duration} s (setting up {clients} connections "
+                     "took longer); raise BENCH_DURATION"]
         if not lines:
             lines = [f"pgbench exit code {rc}"] + out.splitlines()[-3:]
         r["error"] = "\n".join(lines[:3] + (["..."] if len(lines) > 3 else []))
@@ -721,6 +724,15 @@ def main():
         run(["pgbench", "-i", "-q", "-s", str(scale), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", USER, DB],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         secrets = {u: cluster.secret(u) for u in (USER, MD5_USER)}
+        if sluice_bin and os.access(sluice_bin, os.X_OK):
+            # A private copy: target/release may be rebuilt while the bench runs, and the idle
+            # scenario restarts the poolers; every Sluice run must use the same binary.
+            st = os.stat(sluice_bin)
+            sluice_src = {"path": sluice_bin, "size": st.st_size,
+                          "mtime": datetime.datetime.fromtimestamp(st.st_mtime).isoformat(timespec="seconds")}
+            sluice_bin = shutil.copy2(sluice_bin, os.path.join(base, "sluice-bin"))
+        else:
+            sluice_src = None
         select1 = os.path.join(base, "select1.sql")
         with open(select1, "w") as f:
             f.write("SELECT 1;\n")
@@ -800,7 +812,7 @@ def main():
             "timestamp": datetime.datetime.now().isoformat(timespec="seconds"),
             "duration_s": duration, "repeats": repeats, "scale": scale,
             "cpus": os.cpu_count(), "postgres": cluster.version(), "pgbouncer": pgb_ver,
-            "sluice_bin": sluice_bin, "git_rev": git_rev(), "skipped": skipped,
+            "sluice_bin": sluice_src, "git_rev": git_rev(), "skipped": skipped,
             "targets": order, "scenarios": scenarios, "auth_methods": auth,
             "pool_mode": "transaction", "default_pool_size": 20, "max_connections": 100,
             "max_client_conn": max_client_conn, "bench_nofile": nofile, "pooler_nofile": pooler_nofile or nofile,
