@@ -767,7 +767,7 @@ def main():
         for t, m in auth.items():
             log(f"authentication asked by {t}: " + ", ".join(f"{u} -> {v}" for u, v in m.items()))
         plan = [(rep, sc, t) for rep in range(repeats) for sc in scenarios for t in order if applies(sc, t)]
-        est = sum(duration + 3 if sc["kind"] != "idle" else 20 + sc["clients"] / 500 for _, sc, _ in plan)
+        est = 20 + sum(duration + 2 if sc["kind"] != "idle" else 10 + sc["clients"] / 1000 for _, sc, _ in plan)
         log(f"{len(plan)} runs, roughly {est / 60:.0f} min")
         for i, (rep, sc, t) in enumerate(plan, 1):
             what = f"{sc['clients']} idle clients" if sc["kind"] == "idle" else f"{duration}s"
