@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Benchmark: direct PostgreSQL vs PgBouncer vs Sluice (pgbench, transaction pooling).
-#   BENCH_DURATION=10 BENCH_REPEATS=1 bench/run.sh
-# See bench/bench.py for the other knobs (BENCH_TARGETS, BENCH_SCENARIOS, BENCH_SCALE, SLUICE_BIN).
-# Results: a table on stdout and bench/results/<timestamp>.json.
+# Benchmark: direct PostgreSQL vs PgBouncer vs Sluice (1 and all worker threads): pgbench in
+# transaction pooling (tps, p50/p99, CPU per transaction and per login) and RSS per idle client.
+#   bench/run.sh                                     # 3 interleaved repeats of 10 s, ~20 min
+#   BENCH_DURATION=3 BENCH_REPEATS=1 BENCH_IDLE_CLIENTS=2000 bench/run.sh   # quick check
+# Knobs (BENCH_TARGETS, BENCH_SCENARIOS, BENCH_IDLE_CLIENTS, SLUICE_BIN, ...): bench/README.md.
+# Results: per-run table and summary on stdout, bench/results/<timestamp>.json.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
