@@ -209,12 +209,14 @@ async fn run(
             .map(|s| LoggedIn::Pool(Box::new(s)))
     };
     // KILL_CLIENT, or SUSPEND running out of suspend_timeout, may end a client still logging in.
-    let login = async {
+    // Boxed: the login state machine (TLS handshake, SASL exchange) is several KiB and is freed
+    // once the client is in, instead of staying inside every idle client's task for its lifetime.
+    let login = Box::pin(async {
         tokio::select! {
             r = login => r,
             _ = entry.kill.cancelled() => Err(EndReason::Error(entry.kill.notice())),
         }
-    };
+    });
     let session = match login_timeout {
         Some(t) => match tokio::time::timeout(t, login).await {
             Ok(r) => r,
