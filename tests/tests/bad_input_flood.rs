@@ -424,6 +424,50 @@ async fn wrong_protocol_versions_and_ssl_request_then_plaintext() {
     assert_works(&s).await;
 }
 
+/// Password messages are bounded (64 KiB plus framing) before anything is allocated, for
+/// cleartext and for SCRAM: a 16 MiB announcement is a protocol violation, while a long but
+/// in-bounds wrong password is just a failed login.
+#[tokio::test]
+async fn oversized_password_messages_are_refused() {
+    for auth in ["plain", "scram-sha-256"] {
+        let s = Sluice::builder(&Sluice::basic_ini(
+            &format!("auth_type = {auth}\nclient_login_timeout = 5"),
+            bad_input_common::DB_LINE,
+        ))
+        .userlist("\"pw_user\" \"secret\"\n")
+        .start();
+        let before = rss_kib(s.pid());
+        let startup = RawConn::startup_packet(&[("user", "pw_user"), ("database", "app")]);
+        // 16 MiB announced, 64 KiB actually sent.
+        let mut c = RawConn::connect(s.port).await;
+        c.send(&startup).await;
+        let (tag, _) = c.read_message(PROMPT).await.expect("auth request");
+        assert_eq!(tag, b'R', "{auth}");
+        let mut m = vec![b'p'];
+        m.extend_from_slice(&(16u32 << 20).to_be_bytes());
+        m.extend_from_slice(&vec![b'a'; 64 * 1024]);
+        c.send(&m).await;
+        let f = expect_fatal(&mut c, "08P01").await;
+        assert!(f[&b'M'].contains("auth packet"), "{auth}: {f:?}");
+        // In bounds but wrong: an ordinary authentication failure.
+        let mut c = RawConn::connect(s.port).await;
+        c.send(&startup).await;
+        c.read_message(PROMPT).await.expect("auth request");
+        let mut body = vec![b'b'; 60 * 1024];
+        body.push(0);
+        if auth != "plain" {
+            // SASLInitialResponse: mechanism, then the (oversized, bogus) client-first data.
+            let mut sasl = b"SCRAM-SHA-256\0".to_vec();
+            sasl.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            sasl.extend_from_slice(&body);
+            body = sasl;
+        }
+        c.send(&RawConn::message(b'p', &body)).await;
+        expect_fatal(&mut c, "28P01").await;
+        assert!(rss_kib(s.pid()) < before + 16 * 1024, "{auth}");
+    }
+}
+
 /// Slowloris: startup packets trickling in one byte per second are cut off by
 /// client_login_timeout (a deadline for the whole login, not per read).
 #[tokio::test]
