@@ -131,13 +131,20 @@ pub async fn raw_query(
     let mut body = sql.as_bytes().to_vec();
     body.push(0);
     c.send(&RawConn::message(b'Q', &body)).await;
+    raw_query_reply(c).await
+}
+
+/// The answer to a simple query already sent: rows or error fields, and the transaction status.
+pub async fn raw_query_reply(
+    c: &mut RawConn,
+) -> (Result<Vec<Vec<Option<String>>>, HashMap<u8, String>>, u8) {
     let mut rows = Vec::new();
     let mut err = None;
     loop {
         let (tag, body) = c
             .read_message(PROMPT)
             .await
-            .unwrap_or_else(|| panic!("no answer to {sql:?}"));
+            .unwrap_or_else(|| panic!("no answer to the query"));
         match tag {
             b'D' => {
                 let n = u16::from_be_bytes([body[0], body[1]]) as usize;

@@ -248,7 +248,10 @@ impl<'a> Relay<'a> {
                     clean: self.server_clean(),
                 });
             }
-            if self.mode != PoolMode::Session && self.server_clean() {
+            // A message the scanner must see whole has only partly arrived: keep the server until
+            // the rest is read. Released now, the session loop would find the same header again
+            // and come straight back without reading, spinning a worker for as long as it lasts.
+            if self.mode != PoolMode::Session && self.c.need == 0 && self.server_clean() {
                 match self.tracker.as_deref_mut() {
                     Some(t) if t.pinned().is_some() => {
                         if t.take_release_check() {
