@@ -726,3 +726,28 @@ async fn query_arriving_in_pieces_in_transaction_mode() {
     assert_eq!(status, b'I');
     assert_works(&s).await;
 }
+
+/// SQL built to be slow for the session-state classifier (nested, unclosed `set_config(` calls,
+/// which used to take quadratic time) is answered promptly in transaction mode, and the other
+/// clients on the same workers are not held up.
+#[tokio::test]
+async fn pathological_sql_in_transaction_mode_is_answered_promptly() {
+    let s = start("pool_mode = transaction");
+    assert_works(&s).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let bystander = spawn_bystander(&s, stop.clone());
+    let mut c = raw_login(&s, &[]).await;
+    let t0 = Instant::now();
+    let sql = "SELECT set_config(".repeat(20_000);
+    let (r, _) = bad_input_common::raw_query(&mut c, &sql).await;
+    let f = r.expect_err("nonsense SQL cannot succeed");
+    // A syntax error from PostgreSQL, or Sluice refusing an unknown session-wide setting.
+    assert!(
+        matches!(f[&b'C'].as_str(), "42601" | "0A000" | "54001"),
+        "{f:?}"
+    );
+    assert!(t0.elapsed() < PROMPT, "answered after {:?}", t0.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    assert!(bystander.await.expect("bystander") > 0);
+    assert_works(&s).await;
+}
