@@ -52,3 +52,9 @@ pub fn scram_keys() -> ScramKeys {
 #[allow(dead_code, unused_imports)]
 #[path = "../../crates/sluice/src/session_state/mod.rs"]
 pub mod session_state;
+
+/// The admin console's command parser (`SHOW x`, `SET k = v`, `PAUSE db`...), from its source
+/// file like [`session_state`]; it only needs thiserror.
+#[allow(dead_code)]
+#[path = "../../crates/sluice/src/admin/parse.rs"]
+pub mod admin_parse;
