@@ -639,6 +639,7 @@ async fn five_thousand_half_open_connections() {
         fds_before + n
     );
     let rss = rss_kib(s.pid());
+    eprintln!("sluice RSS: {rss_before} KiB idle, {rss} KiB with {n} half-open connections");
     assert!(
         rss < 200 * 1024,
         "RSS {rss} KiB with {n} half-open connections (before: {rss_before} KiB)"
