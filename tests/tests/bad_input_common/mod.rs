@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sluice_e2e::{error_fields, PgCluster, RawConn, Sluice};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const DB_LINE: &str = "app = host={pg_host} port={pg_port} dbname=app";
 pub const USERLIST: &str = "\"trust_user\" \"\"\n";
@@ -195,6 +196,19 @@ pub async fn su(db: &'static str, sql: String) -> String {
     tokio::task::spawn_blocking(move || PgCluster::get().psql(db, &sql))
         .await
         .expect("psql task")
+}
+
+/// After a half-close of our side, the peer must close within `PROMPT`; the bytes it sent are
+/// complete messages. Returns them.
+pub async fn closed_promptly(mut c: tokio::net::TcpStream, what: &str) -> Vec<(u8, Vec<u8>)> {
+    let _ = c.shutdown().await;
+    let mut got = Vec::new();
+    let r = tokio::time::timeout(PROMPT, c.read_to_end(&mut got)).await;
+    assert!(
+        r.is_ok(),
+        "{what}: not closed within {PROMPT:?}; got {got:?}"
+    );
+    split_messages(&got)
 }
 
 /// VmRSS of a process in KiB.
