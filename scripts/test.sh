@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# THE test command: installs what a fresh Debian needs (only when missing), builds the whole workspace
-# and runs every test (unit + e2e). Optional SLUICE_TEST_FILTER=<name> is passed to `cargo test`;
-# extra arguments are passed to `cargo test` as well (e.g. `scripts/test.sh -- --nocapture`).
+# THE test command: installs what a fresh Debian needs (only when missing), builds the whole workspace,
+# runs every test (unit + e2e), then a short fuzzing pass (scripts/fuzz.sh; SLUICE_SKIP_FUZZ=1 skips it).
+# Optional SLUICE_TEST_FILTER=<name> is passed to `cargo test` (and skips fuzzing); extra arguments
+# are passed to `cargo test` as well (e.g. `scripts/test.sh -- --nocapture`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RUST_BACKTRACE=1
@@ -58,5 +59,16 @@ fi
 log "cargo build --workspace --all-targets"
 cargo build --workspace --all-targets
 
+status=0
 log "cargo test --workspace${SLUICE_TEST_FILTER:+ $SLUICE_TEST_FILTER}"
-cargo test --workspace --no-fail-fast ${SLUICE_TEST_FILTER:+"$SLUICE_TEST_FILTER"} "$@"
+cargo test --workspace --no-fail-fast ${SLUICE_TEST_FILTER:+"$SLUICE_TEST_FILTER"} "$@" || status=$?
+
+# Fuzzing: every fuzz/ target for FUZZ_SECONDS in total (default 60) from the committed corpus;
+# installs nightly + cargo-fuzz when missing, SKIPs loudly without network; a crash fails the run.
+if [ -n "${SLUICE_TEST_FILTER:-}" ] || [ "${SLUICE_SKIP_FUZZ:-0}" = 1 ]; then
+    log "fuzzing skipped (SLUICE_TEST_FILTER or SLUICE_SKIP_FUZZ set)"
+else
+    log "scripts/fuzz.sh (FUZZ_SECONDS=${FUZZ_SECONDS:-60})"
+    scripts/fuzz.sh || status=1
+fi
+exit "$status"

@@ -33,6 +33,11 @@ impl RawConn {
         let _ = self.stream.flush().await;
     }
 
+    /// Half-close: no more bytes from us (the peer reads EOF); reading still works.
+    pub async fn shutdown_write(&mut self) {
+        let _ = self.stream.shutdown().await;
+    }
+
     /// Read more bytes into the buffer until `deadline`. Ok(false) on EOF/reset, Err(()) on timeout.
     async fn fill(&mut self, deadline: Instant) -> Result<bool, ()> {
         let mut chunk = [0u8; 8192];

@@ -31,6 +31,7 @@ pub struct SluiceBuilder {
     userlist: Option<String>,
     files: Vec<(String, String)>,
     args: Vec<String>,
+    nofile_soft: Option<u64>,
 }
 
 /// Values substituted for the `{...}` placeholders of configs and extra files.
@@ -92,6 +93,7 @@ impl Sluice {
             userlist: None,
             files: Vec::new(),
             args: Vec::new(),
+            nofile_soft: None,
         }
     }
 
@@ -207,6 +209,13 @@ impl SluiceBuilder {
         self
     }
 
+    /// Start the binary with this soft RLIMIT_NOFILE (the hard limit is inherited), e.g. a
+    /// distribution's default of 1024, to check what sluice does with it.
+    pub fn nofile_soft(mut self, n: u64) -> Self {
+        self.nofile_soft = Some(n);
+        self
+    }
+
     /// Create the dir, write the files and spawn the binary; returns (dir, port, log path, child).
     fn spawn(self) -> (TempDir, u16, PathBuf, Child) {
         let dir = tempfile::Builder::new()
@@ -233,7 +242,28 @@ impl SluiceBuilder {
         let log2 = log.try_clone().expect("dup log fd");
         let bin = sluice_bin();
         let config = dir.path().join(CONFIG_NAME);
-        let child = Command::new(&bin)
+        let mut cmd = Command::new(&bin);
+        if let Some(soft) = self.nofile_soft {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only async-signal-safe calls (getrlimit/setrlimit) between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut lim = libc::rlimit {
+                        rlim_cur: 0,
+                        rlim_max: 0,
+                    };
+                    if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    lim.rlim_cur = soft.min(lim.rlim_max);
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd
             .args(&self.args)
             .arg(&config)
             .current_dir(dir.path())

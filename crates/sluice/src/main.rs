@@ -77,6 +77,7 @@ fn main() -> ExitCode {
         eprintln!("sluice: cannot open logfile: {e}");
         return ExitCode::from(1);
     }
+    raise_fd_limit(s.max_client_conn);
     let pidfile = s.pidfile.clone().filter(|p| !p.is_empty());
     if let Some(p) = &pidfile {
         if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
@@ -185,6 +186,24 @@ async fn handle_signals(app: Arc<App>) {
                 }
             }
         }
+    }
+}
+
+/// Soft RLIMIT_NOFILE up to the hard limit, logged; a limit below max_client_conn is worth a warning.
+fn raise_fd_limit(max_client_conn: u32) {
+    match sluice::net::fd_limit::raise_to_hard() {
+        Ok(l) => {
+            if l.now != l.before {
+                tracing::info!("raised open files limit from {} to {}", l.before, l.now);
+            }
+            if l.now < u64::from(max_client_conn) {
+                tracing::warn!(
+                    "open files limit {} is below max_client_conn {max_client_conn}",
+                    l.now
+                );
+            }
+        }
+        Err(e) => tracing::warn!("cannot raise the open files limit: {e}"),
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sluice_e2e::{error_fields, PgCluster, RawConn, Sluice};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const DB_LINE: &str = "app = host={pg_host} port={pg_port} dbname=app";
 pub const USERLIST: &str = "\"trust_user\" \"\"\n";
@@ -131,13 +132,20 @@ pub async fn raw_query(
     let mut body = sql.as_bytes().to_vec();
     body.push(0);
     c.send(&RawConn::message(b'Q', &body)).await;
+    raw_query_reply(c).await
+}
+
+/// The answer to a simple query already sent: rows or error fields, and the transaction status.
+pub async fn raw_query_reply(
+    c: &mut RawConn,
+) -> (Result<Vec<Vec<Option<String>>>, HashMap<u8, String>>, u8) {
     let mut rows = Vec::new();
     let mut err = None;
     loop {
         let (tag, body) = c
             .read_message(PROMPT)
             .await
-            .unwrap_or_else(|| panic!("no answer to {sql:?}"));
+            .unwrap_or_else(|| panic!("no answer to the query"));
         match tag {
             b'D' => {
                 let n = u16::from_be_bytes([body[0], body[1]]) as usize;
@@ -188,6 +196,19 @@ pub async fn su(db: &'static str, sql: String) -> String {
     tokio::task::spawn_blocking(move || PgCluster::get().psql(db, &sql))
         .await
         .expect("psql task")
+}
+
+/// After a half-close of our side, the peer must close within `PROMPT`; the bytes it sent are
+/// complete messages. Returns them.
+pub async fn closed_promptly(mut c: tokio::net::TcpStream, what: &str) -> Vec<(u8, Vec<u8>)> {
+    let _ = c.shutdown().await;
+    let mut got = Vec::new();
+    let r = tokio::time::timeout(PROMPT, c.read_to_end(&mut got)).await;
+    assert!(
+        r.is_ok(),
+        "{what}: not closed within {PROMPT:?}; got {got:?}"
+    );
+    split_messages(&got)
 }
 
 /// VmRSS of a process in KiB.

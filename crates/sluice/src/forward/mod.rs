@@ -293,6 +293,8 @@ impl<'a> Relay<'a> {
                     clean: self.server_clean(),
                 });
             }
+            // (server_clean includes `c.need == 0`: a message the scanner must see whole keeps
+            // the server until it has arrived.)
             if self.mode != PoolMode::Session && self.server_clean() {
                 match self.tracker.as_deref_mut() {
                     Some(t) if t.pinned().is_some() => {

@@ -98,8 +98,15 @@ struct Arg<'a> {
     literal: bool,
 }
 
+/// Tokens read looking for the end of a `set_config(` argument list. Without a bound, every
+/// unclosed `set_config(` in `SELECT set_config(set_config(set_config(...` scanned to the end of
+/// the statement: quadratic time, a stalled worker for a query of a few hundred KB.
+const MAX_SET_CONFIG_TOKENS: usize = 64;
+
 /// `set_config(name, value, is_local)` from its literal arguments; whatever is not a literal
-/// is unknown, and an unknown `is_local` counts as session-wide (the safe reading).
+/// is unknown, and an unknown `is_local` counts as session-wide (the safe reading). An argument
+/// list longer than [`MAX_SET_CONFIG_TOKENS`] is not read: the call counts as an unknown
+/// session-wide setting (the client is pinned, or the query refused).
 fn set_config<'a>(lx: Lexer<'a>, src: &'a [u8]) -> StatementKind<'a> {
     let mut args: [Option<Arg<'a>>; 3] = [None; 3];
     let mut n = 0usize;
@@ -118,7 +125,14 @@ fn set_config<'a>(lx: Lexer<'a>, src: &'a [u8]) -> StatementKind<'a> {
         *n += 1;
     };
     let mut closed = false;
-    for t in lx {
+    for (i, t) in lx.enumerate() {
+        if i == MAX_SET_CONFIG_TOKENS {
+            return StatementKind::Set {
+                name: SetName::Unknown,
+                value_text: b"",
+                local: false,
+            };
+        }
         if depth == 0 && (t.is_op(b')') || t.is_op(b',')) {
             push(cur.take(), &mut n);
             if t.is_op(b')') {

@@ -277,6 +277,28 @@ fn set_config_calls() {
     assert_eq!(one("SELECT set_config"), K::Plain);
 }
 
+/// Found while looking into the session_state fuzz target's low speed, with large crafted
+/// inputs: each unclosed `set_config(` scanned to the end of the statement, so nested calls took quadratic time (4,000 of them: 15 s). The argument
+/// scan is bounded now; a call whose arguments run past the bound is an unknown setting.
+#[test]
+fn nested_unclosed_set_config_calls_take_linear_time() {
+    let sql = "SELECT set_config(".repeat(20_000);
+    let t0 = std::time::Instant::now();
+    let found = classify(&sql).count();
+    let might = might_affect_session(&sql);
+    let elapsed = t0.elapsed();
+    assert_eq!(found, 20_000);
+    assert!(might);
+    assert!(
+        elapsed < std::time::Duration::from_secs(10),
+        "took {elapsed:?}"
+    );
+    let long_value = format!("SELECT set_config('x', {}1, false)", "1 + ".repeat(40));
+    assert_eq!(one(&long_value), set(SetName::Unknown, "", false));
+    let short_value = format!("SELECT set_config('x', {}1, false)", "1 + ".repeat(10));
+    assert!(matches!(one(&short_value), K::Set { name, .. } if name == param("x")));
+}
+
 // ---- other kinds ----
 
 #[test]
