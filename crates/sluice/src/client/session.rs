@@ -284,7 +284,12 @@ fn killed(kill: &KillSwitch) -> EndReason {
 /// Return a clean server, after the reset queries when they apply (the pool counts it as
 /// sv_tested meanwhile); a failing reset closes it.
 async fn give_back(pool: &Arc<Pool>, server: PooledServer, reset: &[&str]) {
-    pool.reset_and_release(server, reset).await;
+    if reset.is_empty() {
+        // The common case (transaction mode): straight back, no pooler query to await.
+        pool.release(server, true);
+    } else {
+        pool.reset_and_release(server, reset).await;
+    }
 }
 
 /// Wait, unlinked, until the client buffer holds the header of a request.
@@ -304,8 +309,10 @@ async fn wait_for_request(
             Ok(None) => {}
             Err(e) => return Idle::Bad(format!("bad packet header: {e}")),
         }
-        if client.rbuf.capacity() - client.rbuf.len() < 512 {
-            client.rbuf.reserve(4096);
+        // Only a header is needed here (the relay reads the rest), and the buffer stays with the
+        // client while it idles: keep it small.
+        if client.rbuf.capacity() - client.rbuf.len() < 256 {
+            client.rbuf.reserve(1024);
         }
         let sleep = async {
             match deadline {

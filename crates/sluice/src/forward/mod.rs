@@ -40,7 +40,10 @@ use expect::Expect;
 const READ_CAP: usize = 64 * 1024;
 /// Largest server message buffered whole to inspect (ReadyForQuery, ParameterStatus, CommandComplete).
 const INSPECT_MAX: usize = 32 * 1024;
+/// Read buffer growth: servers send result sets, clients mostly short requests. A client's buffer
+/// stays with it while it idles, so it grows in smaller steps (PgBouncer's pkt_buf is 4 KiB).
 const READ_CHUNK: usize = 16 * 1024;
+const CLIENT_READ_CHUNK: usize = 4 * 1024;
 
 /// Why a relay ended.
 #[derive(Debug)]
@@ -317,7 +320,7 @@ impl<'a> Relay<'a> {
 
             // 3. read from the client
             if !self.client_done && self.client.rbuf.len() < READ_CAP.max(self.c.need) {
-                reserve(&mut self.client.rbuf);
+                reserve(&mut self.client.rbuf, CLIENT_READ_CHUNK);
                 match poll_read_buf(Pin::new(&mut self.client.stream), cx, &mut self.client.rbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         return Poll::Ready(RelayEnd::ClientGone {
@@ -341,7 +344,7 @@ impl<'a> Relay<'a> {
 
             // 4. read from the server
             if self.server.rbuf.len() < READ_CAP.max(self.s.need) {
-                reserve(&mut self.server.rbuf);
+                reserve(&mut self.server.rbuf, READ_CHUNK);
                 match poll_read_buf(Pin::new(&mut self.server.stream), cx, &mut self.server.rbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         return Poll::Ready(self.server_gone())
@@ -513,9 +516,9 @@ impl<'a> Relay<'a> {
     }
 }
 
-fn reserve(buf: &mut BytesMut) {
+fn reserve(buf: &mut BytesMut, chunk: usize) {
     if buf.capacity() - buf.len() < 1024 {
-        buf.reserve(READ_CHUNK);
+        buf.reserve(chunk);
     }
 }
 
