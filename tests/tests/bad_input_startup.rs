@@ -217,6 +217,23 @@ async fn gssenc_request_gets_n_then_plain_startup_works() {
 }
 
 #[tokio::test]
+async fn a_second_ssl_request_is_refused() {
+    let s = start("");
+    let mut c = RawConn::connect(s.port).await;
+    c.send(&RawConn::ssl_request()).await;
+    assert_eq!(c.read_bytes(1, PROMPT).await.as_deref(), Some(&b"N"[..]));
+    c.send(&RawConn::ssl_request()).await;
+    let (got, closed) = c.read_until_close(PROMPT).await;
+    assert!(closed, "not closed: {got:?}");
+    let msgs = split_messages(&got);
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    let f = error_fields(&msgs[0].1);
+    assert_eq!(f[&b'C'], "08P01", "{f:?}");
+    assert!(f[&b'M'].contains("duplicate SSLRequest"), "{f:?}");
+    assert_works(&s).await;
+}
+
+#[tokio::test]
 async fn ssl_request_with_pipelined_plaintext_is_refused() {
     let s = start("");
     let mut bytes = RawConn::ssl_request();

@@ -343,6 +343,11 @@ async fn direct_tls_requires_alpn_postgresql() {
         .await
         .unwrap();
     assert!(c.startup("trust_user", "app").await.is_err());
+    // The client sees the close before Sluice's log line is flushed: wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !s.log().contains("without ALPN") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(s.log().contains("without ALPN"), "{}", s.log());
 
     // SSLRequest then TLS, as libpq does.

@@ -46,6 +46,9 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
             Err(_) => return Ok(Startup::Done),
         }
     }
+    // libpq may ask for GSS encryption and then for TLS, once each; a second request of the same
+    // kind is refused, as PostgreSQL does (otherwise a client could loop here until the timeout).
+    let (mut asked_ssl, mut asked_gss) = (false, false);
     loop {
         let packet = loop {
             match decode_startup(&client.rbuf) {
@@ -82,6 +85,14 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
                     ));
                 }
                 let ssl = matches!(packet, StartupPacket::SslRequest);
+                let asked = if ssl { &mut asked_ssl } else { &mut asked_gss };
+                if std::mem::replace(asked, true) {
+                    return Err(protocol_error(if ssl {
+                        "duplicate SSLRequest"
+                    } else {
+                        "duplicate GSSENCRequest"
+                    }));
+                }
                 if ssl && tls.client.offered() && client.stream.tcp().is_some() {
                     client
                         .stream
