@@ -395,6 +395,57 @@ async fn large_messages_cross_tls_on_both_legs() {
     }
 }
 
+/// With two workers and one server, the server's TLS stream moves between the workers' IO
+/// drivers at nearly every hand-out (see `workers`): every reply must still arrive, on the one
+/// server connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_server_moves_between_workers_without_losing_a_reply() {
+    pg_with_ssl();
+    let s = builder(&ini(
+        "auth_type = trust
+client_tls_sslmode = require
+server_tls_sslmode = require
+         pool_mode = transaction
+default_pool_size = 1
+[sluice]
+workers = 2
+",
+        DB_BY_IP,
+    ))
+    .start();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let port = s.port;
+        tasks.push(tokio::spawn(async move {
+            let mut c = PgTls::connect(port, &Certs::get().ca.pem.cert, Negotiation::SslRequest)
+                .await
+                .unwrap();
+            c.startup("trust_user", "app").await.unwrap();
+            let mut seen = std::collections::HashSet::new();
+            for _ in 0..50 {
+                let row = c
+                    .query("SELECT pg_backend_pid() || ' ' || ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+                    .await
+                    .unwrap()
+                    .unwrap();
+                seen.insert(row);
+            }
+            seen
+        }));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for t in tasks {
+        seen.extend(
+            tokio::time::timeout(Duration::from_secs(30), t)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    assert_eq!(seen.len(), 1, "one TLS server for all clients: {seen:?}");
+    assert!(seen.iter().all(|r| r.ends_with(" true")), "{seen:?}");
+}
+
 #[tokio::test]
 async fn plaintext_pipelined_after_sslrequest_is_rejected() {
     let s = builder(&ini(

@@ -68,6 +68,8 @@ pub struct App {
     /// Key for deterministic mock SCRAM salts of unknown users.
     pub mock_key: [u8; 32],
     warned_unsupported: Mutex<HashSet<String>>,
+    /// The worker runtimes clients are spread over (none installed: the current runtime).
+    pub workers: crate::workers::Workers,
 }
 
 impl App {
@@ -109,6 +111,7 @@ impl App {
             next_client_id: AtomicU64::new(1),
             mock_key,
             warned_unsupported: Mutex::new(HashSet::new()),
+            workers: Default::default(),
         });
         app.warn_unsupported();
         Ok(app)

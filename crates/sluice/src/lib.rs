@@ -23,6 +23,7 @@ pub mod session_state;
 pub mod stats;
 pub mod suspend;
 pub mod tls;
+pub mod workers;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

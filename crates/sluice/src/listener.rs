@@ -165,7 +165,7 @@ pub async fn accept_tcp(app: Arc<App>, listener: TcpListener, mut phase: watch::
             r = listener.accept() => match r {
                 Ok((sock, addr)) => {
                     tune_tcp(&sock, &tcp_tuning(&app.config()));
-                    tokio::spawn(crate::client::serve(app.clone(), Stream::Tcp(sock), PeerAddr::Tcp(addr)));
+                    spawn_tcp_client(&app, sock, addr);
                 }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
@@ -181,6 +181,59 @@ pub async fn accept_tcp(app: Arc<App>, listener: TcpListener, mut phase: watch::
     }
 }
 
+/// Start a client's task on the next worker. A socket moving to another worker is re-registered
+/// with that worker's IO driver (`into_std` / `from_std`), so its readiness never crosses threads.
+fn spawn_tcp_client(app: &Arc<App>, sock: tokio::net::TcpStream, addr: SocketAddr) {
+    let app = app.clone();
+    let Some(worker) = app.workers.next_other() else {
+        tokio::spawn(crate::client::serve(
+            app,
+            Stream::Tcp(sock),
+            PeerAddr::Tcp(addr),
+        ));
+        return;
+    };
+    match sock.into_std() {
+        Ok(std) => {
+            worker.clone().spawn(async move {
+                match tokio::net::TcpStream::from_std(std) {
+                    Ok(sock) => {
+                        crate::client::serve(app, Stream::Tcp(sock), PeerAddr::Tcp(addr)).await
+                    }
+                    Err(e) => tracing::warn!("cannot hand a client to a worker: {e}"),
+                }
+            });
+        }
+        Err(e) => tracing::warn!("cannot hand a client to a worker: {e}"),
+    }
+}
+
+/// `spawn_tcp_client` for Unix-socket clients.
+fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i32>) {
+    let app = app.clone();
+    let Some(worker) = app.workers.next_other() else {
+        tokio::spawn(crate::client::serve(
+            app,
+            Stream::Unix(sock),
+            PeerAddr::Unix { pid },
+        ));
+        return;
+    };
+    match sock.into_std() {
+        Ok(std) => {
+            worker.clone().spawn(async move {
+                match tokio::net::UnixStream::from_std(std) {
+                    Ok(sock) => {
+                        crate::client::serve(app, Stream::Unix(sock), PeerAddr::Unix { pid }).await
+                    }
+                    Err(e) => tracing::warn!("cannot hand a client to a worker: {e}"),
+                }
+            });
+        }
+        Err(e) => tracing::warn!("cannot hand a client to a worker: {e}"),
+    }
+}
+
 /// Accept Unix-socket clients until the pooler stops accepting.
 pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch::Receiver<Phase>) {
     loop {
@@ -192,7 +245,7 @@ pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch
             r = listener.accept() => match r {
                 Ok((sock, _)) => {
                     let pid = sock.peer_cred().ok().and_then(|c| c.pid());
-                    tokio::spawn(crate::client::serve(app.clone(), Stream::Unix(sock), PeerAddr::Unix { pid }));
+                    spawn_unix_client(&app, sock, pid);
                 }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");

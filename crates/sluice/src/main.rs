@@ -91,11 +91,7 @@ fn main() -> ExitCode {
             .unwrap_or(1),
         n => n as usize,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-    {
+    let (runtime, worker_handles) = match sluice::workers::start(workers) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("cannot start runtime: {e}");
@@ -128,6 +124,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
+        app.workers.install(worker_handles);
         tracing::info!(
             "Sluice {} started with {workers} worker threads",
             env!("CARGO_PKG_VERSION")

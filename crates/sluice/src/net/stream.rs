@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -23,6 +23,15 @@ pub enum Stream {
     ServerTls(Box<FlushedTls<tokio_rustls::client::TlsStream<TcpStream>>>),
     /// The socket was handed to the TLS layer (`take`); reads and writes fail.
     Closed,
+}
+
+/// Swap a socket held inside a TLS stream for a duplicate descriptor registered with the current
+/// runtime; dropping the old one deregisters it from its worker and closes only that descriptor.
+fn reregister(tcp: &mut TcpStream) -> io::Result<()> {
+    let dup = tcp.as_fd().try_clone_to_owned()?;
+    let fresh = TcpStream::from_std(std::net::TcpStream::from(dup))?;
+    drop(std::mem::replace(tcp, fresh));
+    Ok(())
 }
 
 /// Where a connection comes from (clients) or goes to (servers).
@@ -54,6 +63,26 @@ impl Stream {
     /// Hands the socket over (for a TLS upgrade), leaving `Closed` behind.
     pub fn take(&mut self) -> Stream {
         std::mem::replace(self, Stream::Closed)
+    }
+
+    /// Register the socket with the IO driver of the calling worker (see `workers`), so that its
+    /// readiness wakes this thread directly instead of crossing from the worker that opened it.
+    /// On error the stream is left `Closed`.
+    pub fn move_to_current_worker(&mut self) -> io::Result<()> {
+        *self = match self.take() {
+            Stream::Tcp(s) => Stream::Tcp(TcpStream::from_std(s.into_std()?)?),
+            Stream::Unix(s) => Stream::Unix(UnixStream::from_std(s.into_std()?)?),
+            Stream::ClientTls(mut s) => {
+                reregister(s.get_mut().get_mut().0)?;
+                Stream::ClientTls(s)
+            }
+            Stream::ServerTls(mut s) => {
+                reregister(s.get_mut().get_mut().0)?;
+                Stream::ServerTls(s)
+            }
+            Stream::Closed => Stream::Closed,
+        };
+        Ok(())
     }
 
     pub fn is_tls(&self) -> bool {

@@ -2,6 +2,7 @@
 //! mutex that is never held across `.await`. Servers leave the pool as `PooledServer`, which puts
 //! them back or closes them on drop.
 
+mod affinity;
 pub mod connector;
 pub mod counter;
 pub mod janitor;
@@ -29,6 +30,7 @@ use crate::error::{ClientNotice, PoolError, ServerError};
 use crate::server::params::ParamMap;
 use crate::server::{query, ServerConn};
 use crate::stats::PoolStats;
+use affinity::{pick_waiter, pop_most_recent_local};
 use connector::Connector;
 use counter::{ConnCounter, LimitHit, ServerSlots};
 use rules::{Growth, PoolSnapshot};
@@ -64,6 +66,8 @@ enum Ticket {
 struct Waiter {
     id: u64,
     since: Instant,
+    /// The worker the waiting client runs on (see `pick_waiter`).
+    worker: u16,
     tx: oneshot::Sender<WaiterReply>,
 }
 
@@ -307,13 +311,23 @@ impl Pool {
         let started = Instant::now();
         loop {
             let settings = self.settings();
-            let server = match self.take_or_queue(&settings)? {
+            let mut server = match self.take_or_queue(&settings)? {
                 Ticket::Idle(conn) => PooledServer::new(conn, self.clone()),
                 Ticket::Queued(id, rx, slots) => {
                     self.spawn_connects(slots, &settings);
                     self.wait((id, rx), settings.query_wait_timeout).await?
                 }
             };
+            // A server from another worker's client (or connect task) moves to this worker, once,
+            // rather than waking it through the other worker's driver for every reply.
+            let here = crate::workers::current();
+            if server.home != here {
+                if let Err(e) = server.stream.move_to_current_worker() {
+                    tracing::warn!("S-{}: cannot move to this worker, closing: {e}", server.id);
+                    continue;
+                }
+                server.home = here;
+            }
             if let Some(s) = self.prepare_for_use(server, &settings).await {
                 self.note_assignment(started);
                 return Ok(s);
@@ -345,6 +359,7 @@ impl Pool {
         st.waiters.push_back(Waiter {
             id,
             since: Instant::now(),
+            worker: crate::workers::current(),
             tx,
         });
         let slots = self.plan_locked(&mut st, settings);
@@ -392,7 +407,7 @@ impl Pool {
             let conn = if settings.round_robin {
                 st.idle.pop_front()
             } else {
-                st.idle.pop_back()
+                pop_most_recent_local(&mut st.idle)
             }?;
             if !self.close_needed(conn.id, conn.generation, settings)
                 && rules::reusable_on_release(conn.created.elapsed(), &settings.timeouts)
@@ -490,7 +505,11 @@ impl Pool {
             return;
         }
         if !st.paused {
-            while let Some(w) = st.waiters.pop_front() {
+            loop {
+                let next = pick_waiter(&st.waiters, conn.home);
+                let Some(w) = st.waiters.remove(next) else {
+                    break;
+                };
                 st.active += 1;
                 conn.set_book_state(ServerState::Active);
                 match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {

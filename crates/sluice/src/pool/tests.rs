@@ -10,6 +10,7 @@ use sluice_config::PoolMode;
 use sluice_protocol::{ErrorFields, ScramKeys};
 use tokio::net::UnixStream;
 
+use super::affinity::{LOCAL_SCAN, LOCAL_WAITER_SKEW};
 use super::connector::{ConnectFuture, Connector};
 use super::counter::ConnCounter;
 use super::rules::{PoolLimits, ServerTimeouts};
@@ -357,4 +358,59 @@ async fn a_long_idle_server_is_checked_with_the_kernel() {
     f.peers.lock().clear(); // hangs up just before the hand-out
     let b = pool.checkout().await.unwrap();
     assert_ne!(b.id, old);
+}
+
+/// An idle server whose socket belongs to worker `home` (the test thread is worker 0).
+fn idle_conn(home: u16) -> Box<ServerConn> {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let mut c = Box::new(ServerConn::new(
+        Stream::Unix(a),
+        ServerAddr::Unix {
+            path: "/fake".into(),
+        },
+    ));
+    c.home = home;
+    c
+}
+
+#[tokio::test]
+async fn hand_out_prefers_the_most_recent_server_of_the_calling_worker() {
+    let list = [idle_conn(0), idle_conn(1), idle_conn(0), idle_conn(1)];
+    let ids: Vec<u64> = list.iter().map(|c| c.id).collect();
+    let mut idle: VecDeque<_> = list.into();
+    // The local ones, most recent first, then the rest LIFO.
+    let order: Vec<u64> = std::iter::from_fn(|| pop_most_recent_local(&mut idle))
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(order, vec![ids[2], ids[0], ids[3], ids[1]]);
+
+    // A local server deeper than LOCAL_SCAN is not searched for: plain LIFO.
+    let mut idle: VecDeque<_> = std::iter::once(idle_conn(0))
+        .chain((0..LOCAL_SCAN).map(|_| idle_conn(1)))
+        .collect();
+    let newest = idle.back().unwrap().id;
+    assert_eq!(pop_most_recent_local(&mut idle).unwrap().id, newest);
+}
+
+#[test]
+fn a_released_server_goes_to_a_waiter_of_its_worker_within_the_skew_window() {
+    let t0 = tokio::time::Instant::now();
+    let waiter = |worker: u16, after_us: u64| Waiter {
+        id: 0,
+        since: t0 + Duration::from_micros(after_us),
+        worker,
+        tx: tokio::sync::oneshot::channel().0,
+    };
+    let waiters: VecDeque<Waiter> = [waiter(1, 0), waiter(1, 100), waiter(0, 500)].into();
+    // Worker 1's server: the first in line is its own.
+    assert_eq!(pick_waiter(&waiters, 1), 0);
+    // Worker 0's server: its waiter joined 0.5 ms after the first, within the window.
+    assert_eq!(pick_waiter(&waiters, 0), 2);
+    // No waiter of worker 2: the first in line.
+    assert_eq!(pick_waiter(&waiters, 2), 0);
+    // A local waiter that joined long after the first does not jump the line.
+    let late = LOCAL_WAITER_SKEW.as_micros() as u64 + 1;
+    let waiters: VecDeque<Waiter> = [waiter(1, 0), waiter(0, late)].into();
+    assert_eq!(pick_waiter(&waiters, 0), 0);
+    assert_eq!(pick_waiter(&VecDeque::new(), 0), 0);
 }

@@ -49,6 +49,8 @@ pub struct ServerConn {
     pub gucs_owner: u64,
     /// Set when the connection is TLS.
     pub tls: Option<crate::tls::connector::ServerTlsInfo>,
+    /// The worker whose IO driver the socket is registered with (see `workers`).
+    pub home: u16,
 }
 
 impl ServerConn {
@@ -70,6 +72,7 @@ impl ServerConn {
             gucs_dirty: false,
             gucs_owner: 0,
             tls: None,
+            home: crate::workers::current(),
         }
     }
 
