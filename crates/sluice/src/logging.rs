@@ -1,6 +1,7 @@
 //! Log output in PgBouncer's line format (`2025-01-01 12:00:00.123 UTC [pid] LOG message`) to
 //! stderr and/or the logfile, through tracing.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -10,17 +11,24 @@ use parking_lot::Mutex;
 use time::format_description::FormatItem;
 use time::macros::format_description;
 use time::OffsetDateTime;
+use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
 const TS: &[FormatItem<'static>] =
-    format_description!("[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:3]");
+    format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
 
 /// PgBouncer-style line prefix.
 struct PgFormat {
     pid: u32,
+}
+
+thread_local! {
+    /// Per thread: the second last formatted ("YYYY-MM-DD HH:MM:SS") and a scratch buffer for the
+    /// message, so that a log line costs one clock read and no allocation.
+    static SCRATCH: RefCell<(i64, String, String)> = const { RefCell::new((i64::MIN, String::new(), String::new())) };
 }
 
 impl<S, N> FormatEvent<S, N> for PgFormat
@@ -30,12 +38,10 @@ where
 {
     fn format_event(
         &self,
-        ctx: &FmtContext<'_, S, N>,
+        _ctx: &FmtContext<'_, S, N>,
         mut w: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let now = OffsetDateTime::now_utc();
-        let ts = now.format(TS).unwrap_or_default();
         let level = match *event.metadata().level() {
             Level::ERROR => "ERROR",
             Level::WARN => "WARNING",
@@ -43,10 +49,60 @@ where
             Level::DEBUG => "DEBUG",
             Level::TRACE => "NOISE",
         };
-        write!(w, "{ts} UTC [{}] {level} ", self.pid)?;
-        ctx.field_format().format_fields(w.by_ref(), event)?;
-        writeln!(w)
+        SCRATCH.with(|cell| {
+            let (second, ts, msg) = &mut *cell.borrow_mut();
+            let now = OffsetDateTime::now_utc();
+            if now.unix_timestamp() != *second {
+                *second = now.unix_timestamp();
+                ts.clear();
+                ts.push_str(&now.format(TS).unwrap_or_default());
+            }
+            write!(
+                w,
+                "{ts}.{:03} UTC [{}] {level} ",
+                now.millisecond(),
+                self.pid
+            )?;
+            msg.clear();
+            event.record(&mut Fields { out: msg });
+            write_escaped(&mut w, msg)?;
+            writeln!(w)
+        })
     }
+}
+
+/// Collects an event's message (and any other fields as ` key=value`) as text.
+struct Fields<'a> {
+    out: &'a mut String,
+}
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        use std::fmt::Write as _;
+        let _ = if field.name() == "message" {
+            write!(self.out, "{value:?}")
+        } else {
+            write!(self.out, " {}={value:?}", field.name())
+        };
+    }
+}
+
+/// Write `text` with control characters escaped (`\n`, `\u{1b}`), so that a client-supplied
+/// name cannot forge log lines or terminal sequences. Plain text goes out in one piece.
+fn write_escaped(w: &mut Writer<'_>, text: &str) -> fmt::Result {
+    // Byte pre-check: C0 controls, DEL, and 0xC2 (the lead byte of the C1 controls U+0080-U+009F;
+    // other U+0080-U+00BF characters take the careful path too, which writes them unchanged).
+    if !text.bytes().any(|b| b < 0x20 || b == 0x7f || b == 0xc2) {
+        return w.write_str(text);
+    }
+    for c in text.chars() {
+        if c.is_control() {
+            write!(w, "{}", c.escape_default())?;
+        } else {
+            w.write_char(c)?;
+        }
+    }
+    Ok(())
 }
 
 /// Where lines go: stderr unless quiet, plus the logfile when set.
@@ -106,4 +162,19 @@ pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<()> 
         .with_writer(sink)
         .try_init();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_in_log_text_are_escaped() {
+        let mut out = String::new();
+        write_escaped(&mut Writer::new(&mut out), "user\nLOG forged\u{1b}[31m").unwrap();
+        assert_eq!(out, "user\\nLOG forged\\u{1b}[31m");
+        let mut out = String::new();
+        write_escaped(&mut Writer::new(&mut out), "plain db/üser@127.0.0.1").unwrap();
+        assert_eq!(out, "plain db/üser@127.0.0.1");
+    }
 }
