@@ -36,12 +36,11 @@ use listener::Listeners;
 /// Serve until the lifecycle reaches an exit condition. Returns when the process may exit.
 pub async fn run(app: Arc<App>, listeners: Listeners) {
     let unix_path = listeners.unix_path();
-    for l in listeners.tcp {
-        tokio::spawn(listener::accept_tcp(
-            app.clone(),
-            l,
-            app.lifecycle.subscribe(),
-        ));
+    for (worker, l) in listeners.tcp {
+        app.workers.spawn_on(
+            worker,
+            listener::accept_tcp(app.clone(), l, app.lifecycle.subscribe()),
+        );
     }
     if let Some((l, _)) = listeners.unix {
         tokio::spawn(listener::accept_unix(

@@ -32,7 +32,8 @@ pub enum BindError {
 }
 
 pub struct Listeners {
-    pub tcp: Vec<TcpListener>,
+    /// TCP listening sockets, each with the worker that accepts on it (see `bind`).
+    pub tcp: Vec<(usize, std::net::TcpListener)>,
     pub unix: Option<(UnixListener, PathBuf)>,
     /// The HTTP endpoint for /metrics and /health (`[sluice] metrics_listen_addr`).
     pub metrics: Option<TcpListener>,
@@ -45,7 +46,13 @@ impl Listeners {
 }
 
 /// Bind everything the config asks for. Must run inside a tokio runtime.
-pub fn bind(cfg: &Config) -> Result<Listeners, BindError> {
+///
+/// With several workers, every TCP address gets one SO_REUSEPORT socket per worker: the kernel
+/// spreads new connections over them and each worker accepts its own, so a login never hops
+/// between threads. So that a second pooler cannot join those sockets by accident, the address
+/// is first bound once without SO_REUSEPORT (which fails while anyone listens there) unless
+/// `so_reuseport` says sharing the port is wanted.
+pub fn bind(cfg: &Config, workers: usize) -> Result<Listeners, BindError> {
     let s = &cfg.settings;
     // The HTTP endpoint first: once the client port accepts, /health answers too.
     let metrics = match cfg.sluice.metrics_listen_addr.as_deref().map(str::trim) {
@@ -79,8 +86,8 @@ pub fn bind(cfg: &Config) -> Result<Listeners, BindError> {
                     .collect()
             };
             for (i, addr) in resolved.iter().enumerate() {
-                match bind_tcp(*addr, s.listen_backlog, s.so_reuseport) {
-                    Ok(l) => tcp.push(l),
+                match bind_per_worker(*addr, s.listen_backlog, s.so_reuseport, workers) {
+                    Ok(ls) => tcp.extend(ls),
                     // '*' also tries IPv6; a host without IPv6 is fine with IPv4 alone.
                     Err(_) if a == "*" && i == 1 => {}
                     Err(e) => {
@@ -105,7 +112,40 @@ pub fn bind(cfg: &Config) -> Result<Listeners, BindError> {
     Ok(Listeners { tcp, unix, metrics })
 }
 
+/// The sockets of one TCP address: one per worker (see `bind`), with the worker index.
+fn bind_per_worker(
+    addr: SocketAddr,
+    backlog: u32,
+    so_reuseport: bool,
+    workers: usize,
+) -> io::Result<Vec<(usize, std::net::TcpListener)>> {
+    if workers <= 1 {
+        return Ok(vec![(0, bind_std(addr, backlog, so_reuseport)?)]);
+    }
+    if !so_reuseport {
+        let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        probe.set_reuse_address(true)?;
+        if addr.is_ipv6() {
+            probe.set_only_v6(true)?;
+        }
+        probe.bind(&addr.into())?;
+    }
+    let mut out = Vec::with_capacity(workers);
+    // Port 0 (tests): the first socket picks the port, the others join it.
+    let mut addr = addr;
+    for w in 0..workers {
+        let l = bind_std(addr, backlog, true)?;
+        addr = l.local_addr()?;
+        out.push((w, l));
+    }
+    Ok(out)
+}
+
 fn bind_tcp(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<TcpListener> {
+    TcpListener::from_std(bind_std(addr, backlog, reuseport)?)
+}
+
+fn bind_std(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<std::net::TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     sock.set_reuse_address(true)?;
     if addr.is_ipv6() {
@@ -117,7 +157,7 @@ fn bind_tcp(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<TcpLi
     sock.set_nonblocking(true)?;
     sock.bind(&addr.into())?;
     sock.listen(backlog.min(i32::MAX as u32) as i32)?;
-    TcpListener::from_std(sock.into())
+    Ok(sock.into())
 }
 
 fn bind_unix(dir: &str, port: u16, mode: u32) -> Result<(UnixListener, PathBuf), BindError> {
@@ -154,8 +194,20 @@ async fn wait_while_suspended(app: &App, phase: &mut watch::Receiver<Phase>) -> 
     true
 }
 
-/// Accept TCP clients until the pooler stops accepting (any phase but Running).
-pub async fn accept_tcp(app: Arc<App>, listener: TcpListener, mut phase: watch::Receiver<Phase>) {
+/// Accept TCP clients until the pooler stops accepting (any phase but Running). Runs on the worker
+/// that owns `listener` (registered here, so it wakes this worker) and keeps its clients there.
+pub async fn accept_tcp(
+    app: Arc<App>,
+    listener: std::net::TcpListener,
+    mut phase: watch::Receiver<Phase>,
+) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("cannot register a listening socket: {e}");
+            return;
+        }
+    };
     loop {
         if !wait_while_suspended(&app, &mut phase).await {
             return;
@@ -165,7 +217,7 @@ pub async fn accept_tcp(app: Arc<App>, listener: TcpListener, mut phase: watch::
             r = listener.accept() => match r {
                 Ok((sock, addr)) => {
                     tune_tcp(&sock, &tcp_tuning(&app.config()));
-                    spawn_tcp_client(&app, sock, addr);
+                    tokio::spawn(crate::client::serve(app.clone(), Stream::Tcp(sock), PeerAddr::Tcp(addr)));
                 }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
@@ -181,34 +233,9 @@ pub async fn accept_tcp(app: Arc<App>, listener: TcpListener, mut phase: watch::
     }
 }
 
-/// Start a client's task on the next worker. A socket moving to another worker is re-registered
-/// with that worker's IO driver (`into_std` / `from_std`), so its readiness never crosses threads.
-fn spawn_tcp_client(app: &Arc<App>, sock: tokio::net::TcpStream, addr: SocketAddr) {
-    let app = app.clone();
-    let Some(worker) = app.workers.next_other() else {
-        tokio::spawn(crate::client::serve(
-            app,
-            Stream::Tcp(sock),
-            PeerAddr::Tcp(addr),
-        ));
-        return;
-    };
-    match sock.into_std() {
-        Ok(std) => {
-            worker.clone().spawn(async move {
-                match tokio::net::TcpStream::from_std(std) {
-                    Ok(sock) => {
-                        crate::client::serve(app, Stream::Tcp(sock), PeerAddr::Tcp(addr)).await
-                    }
-                    Err(e) => tracing::warn!("cannot hand a client to a worker: {e}"),
-                }
-            });
-        }
-        Err(e) => tracing::warn!("cannot hand a client to a worker: {e}"),
-    }
-}
-
-/// `spawn_tcp_client` for Unix-socket clients.
+/// Start a Unix-socket client's task on the next worker (the Unix socket is accepted on worker 0
+/// alone). A socket moving to another worker is re-registered with that worker's IO driver
+/// (`into_std` / `from_std`), so its readiness never crosses threads.
 fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i32>) {
     let app = app.clone();
     let Some(worker) = app.workers.next_other() else {

@@ -104,7 +104,7 @@ fn main() -> ExitCode {
         .or_else(|| s.user.clone())
         .filter(|u| !u.is_empty());
     let code = runtime.block_on(async move {
-        let listeners = match sluice::listener::bind(&config) {
+        let listeners = match sluice::listener::bind(&config, workers) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!("{e}");

@@ -1,6 +1,7 @@
 //! Worker threads: one single-threaded tokio runtime per core (`[sluice] workers`), each with its
-//! own IO driver and timers. The listeners hand each accepted client to the next worker, and the
-//! client's task, the servers it opens and their sockets stay on that worker; the pools stay shared
+//! own IO driver and timers. Each worker accepts TCP clients on its own SO_REUSEPORT socket (the
+//! Unix socket's clients are handed out round-robin from worker 0), and the client's task, the
+//! servers it opens and their sockets stay on that worker; the pools stay shared
 //! (one set of limits for the process), and an idle server is preferably handed to a client of the
 //! worker that owns its socket.
 //!
@@ -39,6 +40,21 @@ impl Workers {
     /// Record the workers' handles (index = worker id); the first call wins.
     pub fn install(&self, handles: Vec<Handle>) {
         let _ = self.handles.set(handles);
+    }
+
+    /// Run `fut` on worker `worker` (on the current runtime when no workers are installed).
+    pub fn spawn_on<F>(&self, worker: usize, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match self.handles.get().and_then(|h| h.get(worker)) {
+            Some(h) => {
+                h.spawn(fut);
+            }
+            None => {
+                tokio::spawn(fut);
+            }
+        }
     }
 
     /// The worker for the next client, round-robin; `None` = the current one (no workers
