@@ -308,14 +308,19 @@ impl Pool {
     /// Get a server: an idle one if any (checked with server_check_query when it idled too long), else
     /// wait in line while the pool opens one, up to query_wait_timeout.
     pub async fn checkout(self: &Arc<Self>) -> Result<PooledServer, PoolError> {
+        // One clock read serves the idle checks and, when a server is handed out at once, the wait
+        // (none); the clock is read again only after an actual wait or server check.
         let started = Instant::now();
+        let mut now = started;
         loop {
             let settings = self.settings();
-            let mut server = match self.take_or_queue(&settings)? {
+            let mut server = match self.take_or_queue(&settings, now)? {
                 Ticket::Idle(conn) => PooledServer::new(conn, self.clone()),
                 Ticket::Queued(id, rx, slots) => {
                     self.spawn_connects(slots, &settings);
-                    self.wait((id, rx), settings.query_wait_timeout).await?
+                    let s = self.wait((id, rx), settings.query_wait_timeout).await?;
+                    now = Instant::now();
+                    s
                 }
             };
             // A server from another worker's client (or connect task) moves to this worker, once,
@@ -324,25 +329,39 @@ impl Pool {
             if server.home != here {
                 if let Err(e) = server.stream.move_to_current_worker() {
                     tracing::warn!("S-{}: cannot move to this worker, closing: {e}", server.id);
+                    now = Instant::now();
                     continue;
                 }
                 server.home = here;
             }
-            if let Some(s) = self.prepare_for_use(server, &settings).await {
-                self.note_assignment(started);
+            let idle_for = now.saturating_duration_since(server.last_used);
+            let checked = settings.check_query.is_some()
+                && rules::needs_check(idle_for, settings.check_delay, true);
+            if let Some(s) = self.prepare_for_use(server, &settings, checked).await {
+                let waited = if now == started && !checked {
+                    Duration::ZERO
+                } else {
+                    started.elapsed()
+                };
+                self.note_assignment(waited);
                 return Ok(s);
             }
+            now = Instant::now();
         }
     }
 
     /// Under the lock: take an idle server, or join the queue (planning growth for it).
-    fn take_or_queue(self: &Arc<Self>, settings: &PoolSettings) -> Result<Ticket, PoolError> {
+    fn take_or_queue(
+        self: &Arc<Self>,
+        settings: &PoolSettings,
+        now: Instant,
+    ) -> Result<Ticket, PoolError> {
         let mut st = self.state.lock();
         if st.removed {
             return Err(PoolError::DatabaseRemoved);
         }
         if !st.paused {
-            if let Some(conn) = self.take_idle(&mut st, settings) {
+            if let Some(conn) = self.take_idle(&mut st, settings, now) {
                 st.active += 1;
                 conn.set_book_state(ServerState::Active);
                 return Ok(Ticket::Idle(conn));
@@ -366,12 +385,9 @@ impl Pool {
         Ok(Ticket::Queued(id, rx, slots))
     }
 
-    fn note_assignment(&self, started: Instant) {
+    fn note_assignment(&self, waited: Duration) {
         PoolStats::add(&self.stats.server_assignments, 1);
-        PoolStats::add(
-            &self.stats.wait_time_us,
-            started.elapsed().as_micros() as u64,
-        );
+        PoolStats::add(&self.stats.wait_time_us, waited.as_micros() as u64);
     }
 
     async fn wait(
@@ -402,7 +418,12 @@ impl Pool {
     }
 
     /// Pop an idle server that may be used now; stale ones are dropped (closed) on the way.
-    fn take_idle(&self, st: &mut PoolState, settings: &PoolSettings) -> Option<Box<ServerConn>> {
+    fn take_idle(
+        &self,
+        st: &mut PoolState,
+        settings: &PoolSettings,
+        now: Instant,
+    ) -> Option<Box<ServerConn>> {
         loop {
             let conn = if settings.round_robin {
                 st.idle.pop_front()
@@ -410,10 +431,13 @@ impl Pool {
                 pop_most_recent_local(&mut st.idle)
             }?;
             if !self.close_needed(conn.id, conn.generation, settings)
-                && rules::reusable_on_release(conn.created.elapsed(), &settings.timeouts)
-                && conn
-                    .stream
-                    .is_quiet(conn.last_used.elapsed() >= ASK_KERNEL_AFTER_IDLE)
+                && rules::reusable_on_release(
+                    now.saturating_duration_since(conn.created),
+                    &settings.timeouts,
+                )
+                && conn.stream.is_quiet(
+                    now.saturating_duration_since(conn.last_used) >= ASK_KERNEL_AFTER_IDLE,
+                )
             {
                 return Some(conn);
             }
@@ -451,16 +475,16 @@ impl Pool {
         self.release(server, true);
     }
 
-    /// Run server_check_query on a server that idled past server_check_delay. None = it failed and
-    /// was closed.
+    /// Run server_check_query when `check` (the server idled past server_check_delay). None = it
+    /// failed and was closed.
     async fn prepare_for_use(
         &self,
         mut server: PooledServer,
         settings: &PoolSettings,
+        check: bool,
     ) -> Option<PooledServer> {
-        let idle_for = server.last_used.elapsed();
         if let Some(q) = &settings.check_query {
-            if rules::needs_check(idle_for, settings.check_delay, true) {
+            if check {
                 server.set_book_state(ServerState::Tested);
                 self.state.lock().testing += 1;
                 let checked =
@@ -490,11 +514,12 @@ impl Pool {
             return;
         };
         let settings = self.settings();
-        conn.last_used = Instant::now();
+        let now = Instant::now();
+        conn.last_used = now;
         let keep = reusable
             && conn.is_clean()
             && !self.close_needed(conn.id, conn.generation, &settings)
-            && rules::reusable_on_release(conn.created.elapsed(), &settings.timeouts);
+            && rules::reusable_on_release(now - conn.created, &settings.timeouts);
         let mut st = self.state.lock();
         st.active = st.active.saturating_sub(1);
         // A paused pool gives its servers up (PAUSE returns once none is left in use).
@@ -554,7 +579,7 @@ impl Pool {
     /// Hand idle servers to queued clients (after RESUME, or when a server went idle unseen).
     fn serve_waiters_locked(self: &Arc<Self>, st: &mut PoolState, settings: &PoolSettings) {
         while !st.paused && !st.waiters.is_empty() {
-            let Some(mut conn) = self.take_idle(st, settings) else {
+            let Some(mut conn) = self.take_idle(st, settings, Instant::now()) else {
                 return;
             };
             loop {

@@ -414,3 +414,25 @@ fn a_released_server_goes_to_a_waiter_of_its_worker_within_the_skew_window() {
     assert_eq!(pick_waiter(&waiters, 0), 0);
     assert_eq!(pick_waiter(&VecDeque::new(), 0), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn wait_time_counts_only_an_actual_wait() {
+    let f = fake(10);
+    let pool = pool_with(settings(1, 0), &f, ConnCounter::new());
+    let wait_us = |p: &Arc<Pool>| crate::stats::Counter::get(&p.stats.wait_time_us);
+    // The first checkout waits for the connect (10 ms on the paused clock).
+    let first = pool.checkout().await.unwrap();
+    assert_eq!(wait_us(&pool), 10_000);
+    pool.release(first, true);
+    // An idle server handed out at once: no wait recorded.
+    let again = pool.checkout().await.unwrap();
+    assert_eq!(wait_us(&pool), 10_000);
+    // A queued client waits for the release, 1 s later.
+    let p2 = pool.clone();
+    let waiter = tokio::spawn(async move { p2.checkout().await.map(|s| s.id) });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pool.release(again, true);
+    waiter.await.unwrap().unwrap();
+    assert_eq!(wait_us(&pool), 1_010_000);
+    assert_eq!(pool.stats.server_assignments.load(Ordering::Relaxed), 3);
+}
