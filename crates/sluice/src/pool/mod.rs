@@ -6,6 +6,7 @@ mod affinity;
 pub mod connector;
 pub mod counter;
 pub mod janitor;
+mod pooled;
 pub mod registry;
 pub mod resolve;
 pub mod rules;
@@ -14,7 +15,6 @@ pub mod settings;
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +33,7 @@ use crate::stats::PoolStats;
 use affinity::{pick_waiter, pop_most_recent_local};
 use connector::Connector;
 use counter::{ConnCounter, LimitHit, ServerSlots};
+pub use pooled::PooledServer;
 use rules::{Growth, PoolSnapshot};
 use servers::{ServerBook, ServerState};
 pub use settings::PoolSettings;
@@ -788,51 +789,6 @@ impl Pool {
     pub fn starved_by_shared_limit(&self) -> bool {
         let st = self.state.lock();
         !st.waiters.is_empty() && st.limit_blocked && st.connecting == 0
-    }
-}
-
-/// A server checked out of a pool. Dropping it without `Pool::release` closes the connection.
-pub struct PooledServer {
-    conn: Option<Box<ServerConn>>,
-    pool: Arc<Pool>,
-}
-
-impl PooledServer {
-    fn new(conn: Box<ServerConn>, pool: Arc<Pool>) -> Self {
-        PooledServer {
-            conn: Some(conn),
-            pool,
-        }
-    }
-
-    pub fn pool(&self) -> &Arc<Pool> {
-        &self.pool
-    }
-}
-
-impl Deref for PooledServer {
-    type Target = ServerConn;
-    fn deref(&self) -> &ServerConn {
-        self.conn
-            .as_deref()
-            .expect("PooledServer used after release")
-    }
-}
-
-impl DerefMut for PooledServer {
-    fn deref_mut(&mut self) -> &mut ServerConn {
-        self.conn
-            .as_deref_mut()
-            .expect("PooledServer used after release")
-    }
-}
-
-impl Drop for PooledServer {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            drop(conn);
-            self.pool.forget();
-        }
     }
 }
 
