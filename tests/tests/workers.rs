@@ -52,7 +52,7 @@ async fn clients_are_spread_over_workers_that_share_one_pool() {
     );
     let mut clients = Vec::new();
     // The kernel spreads connections over the workers' sockets by address hash: with 24 clients,
-    // each worker gets at least a sixth of them but for odds of about 1 in 2,500.
+    // a worker gets fewer than 4 of them with a probability of about 1 in 3,400.
     for _ in 0..24 {
         clients.push(connect(&s, &u).await);
     }

@@ -131,7 +131,7 @@ fn bind_per_worker(
         probe.bind(&addr.into())?;
     }
     let mut out = Vec::with_capacity(workers);
-    // Port 0 (tests): the first socket picks the port, the others join it.
+    // listen_port = 0: the first socket picks the port, the others join it.
     let mut addr = addr;
     for w in 0..workers {
         let l = bind_std(addr, backlog, true)?;

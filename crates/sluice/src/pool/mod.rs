@@ -378,6 +378,8 @@ impl Pool {
         st.next_waiter += 1;
         st.waiters.push_back(Waiter {
             id,
+            // Read under the lock, not the caller's `now`: waiters stay ordered by `since`, which
+            // `pick_waiter` relies on.
             since: Instant::now(),
             worker: crate::workers::current(),
             tx,
