@@ -71,6 +71,34 @@ pub fn bind(cfg: &Config, workers: usize) -> Result<Listeners, BindError> {
         }
         _ => None,
     };
+    let unix = if s.unix_socket_dir.is_empty() {
+        None
+    } else {
+        Some(bind_unix(
+            &s.unix_socket_dir,
+            s.listen_port,
+            s.unix_socket_mode.0,
+        )?)
+    };
+    // The Unix socket before the TCP ones: once the TCP port accepts, every listener is there (a
+    // readiness probe on the port may go on to use the socket).
+    let tcp = match bind_tcp_all(s, workers) {
+        Ok(t) => t,
+        Err(e) => {
+            if let Some((_, path)) = &unix {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
+    };
+    Ok(Listeners { tcp, unix, metrics })
+}
+
+/// Every TCP listening socket of listen_addr (see `bind`).
+fn bind_tcp_all(
+    s: &sluice_config::Settings,
+    workers: usize,
+) -> Result<Vec<(usize, std::net::TcpListener)>, BindError> {
     let mut tcp = Vec::new();
     if let Some(addrs) = s.listen_addr.as_deref().filter(|a| !a.trim().is_empty()) {
         for a in addrs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
@@ -100,16 +128,7 @@ pub fn bind(cfg: &Config, workers: usize) -> Result<Listeners, BindError> {
             }
         }
     }
-    let unix = if s.unix_socket_dir.is_empty() {
-        None
-    } else {
-        Some(bind_unix(
-            &s.unix_socket_dir,
-            s.listen_port,
-            s.unix_socket_mode.0,
-        )?)
-    };
-    Ok(Listeners { tcp, unix, metrics })
+    Ok(tcp)
 }
 
 /// The sockets of one TCP address: one per worker (see `bind`), with the worker index.
