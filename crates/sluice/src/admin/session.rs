@@ -70,7 +70,7 @@ pub async fn login(
         tracing::warn!(
             "C-{}: {} admin console login refused for user {}",
             client.id,
-            client.label,
+            client.label(),
             info.user
         );
         refuse("not allowed")
@@ -122,7 +122,7 @@ pub async fn run(
         let _ = entry.application_name.set(a.to_string());
     }
     entry.set_state(ClientState::Active);
-    client.label = format!("{ADMIN_DB}/{}@{}", info.user, client.peer);
+    client.names = Some((ADMIN_DB.to_string(), info.user.clone()));
     let mut state = ConsoleState::default();
     let end = serve(app, client, access, entry, &mut state).await;
     // The console that issued SUSPEND is the only way back in (the listeners are suspended).
@@ -185,7 +185,7 @@ async fn serve(
             Ok(cmd) => tokio::select! {
                 r = execute(app, access, cmd, state, &mut out) => r,
                 _ = peer_gone(&mut client.stream, &mut client.rbuf) => {
-                    tracing::info!("C-{}: {} admin console closed while its command ran", client.id, client.label);
+                    tracing::info!("C-{}: {} admin console closed while its command ran", client.id, client.label());
                     return EndReason::ClientClosed;
                 }
                 _ = entry.kill.cancelled() => return refuse("admin forced disconnect"),

@@ -99,7 +99,7 @@ pub async fn authenticate(
                 tracing::warn!(
                     "C-{}: {} login failed: {}",
                     client.id,
-                    client.label,
+                    client.label(),
                     f.detail.as_deref().unwrap_or(&n.message)
                 );
             }

@@ -10,6 +10,7 @@ pub mod registry;
 pub mod session;
 pub mod startup;
 
+use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,8 +33,8 @@ pub struct ClientConn {
     /// Messages the pooler composes for the client.
     pub wbuf: BytesMut,
     pub peer: PeerAddr,
-    /// "db/user@addr" once known, for log lines.
-    pub label: String,
+    /// Database and user once the startup packet named them, for log lines (see `label`).
+    pub names: Option<(String, String)>,
     /// SUSPEND: where the idle loop and the relay stop reading (carried here so that the relay
     /// reaches it without another argument).
     pub suspend: Arc<SuspendGate>,
@@ -43,17 +44,22 @@ pub struct ClientConn {
 
 impl ClientConn {
     pub fn new(id: u64, stream: Stream, peer: PeerAddr, suspend: Arc<SuspendGate>) -> Self {
-        let label = format!("@{peer}");
         ClientConn {
             id,
             stream,
             rbuf: BytesMut::with_capacity(1024),
             wbuf: BytesMut::with_capacity(512),
             peer,
-            label,
+            names: None,
             suspend,
             tls: crate::tls::TlsFacts::default(),
         }
+    }
+
+    /// "db/user@addr" ("@addr" before the startup packet) for log lines. Formatted only when a line
+    /// is written: formatting the address costs more than the rest of a login's bookkeeping.
+    pub fn label(&self) -> Label<'_> {
+        Label(self)
     }
 
     /// Write whatever was composed in `wbuf`.
@@ -79,6 +85,18 @@ impl ClientConn {
             ),
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), self.flush()).await;
+    }
+}
+
+/// See [`ClientConn::label`].
+pub struct Label<'a>(&'a ClientConn);
+
+impl fmt::Display for Label<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0.names {
+            Some((database, user)) => write!(f, "{database}/{user}@{}", self.0.peer),
+            None => write!(f, "@{}", self.0.peer),
+        }
     }
 }
 
@@ -130,7 +148,7 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
                 tracing::warn!(
                     "C-{}: {} pooler error: {}",
                     client.id,
-                    client.label,
+                    client.label(),
                     n.message
                 );
             }
@@ -161,7 +179,12 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
             EndReason::Error(n) => n.message.clone(),
             EndReason::Shutdown => "server shutting down".to_string(),
         };
-        tracing::info!("C-{}: {} closing because: {}", client.id, client.label, why);
+        tracing::info!(
+            "C-{}: {} closing because: {}",
+            client.id,
+            client.label(),
+            why
+        );
     }
     let _ = client.stream.shutdown().await;
 }
@@ -231,8 +254,10 @@ async fn run(
                 .login_time
                 .observe_us(accepted.elapsed().as_micros() as u64);
             // Boxed: the session's state machine is large, and keeping it out of the spawned
-            // future spares copying it while the task is created and polled.
-            Box::pin(session::run(app, client, *s)).await
+            // future spares copying it while the task is created and polled. The session stays
+            // in its own box: an async fn keeps a by-value argument twice in its state (as the
+            // argument and as the local), which every idle client would pay for.
+            Box::pin(session::run(app, client, s)).await
         }
         Ok(LoggedIn::Admin(info, access)) => {
             Box::pin(crate::admin::session::run(

@@ -10,7 +10,7 @@ use super::kill::KillSwitch;
 use bytes::BytesMut;
 use sluice_config::PoolMode;
 use sluice_protocol::{frontend_tag, peek_header};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use super::login::Session;
@@ -19,7 +19,7 @@ use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::error::ServerError;
 use crate::error::{sqlstate, ClientNotice};
-use crate::forward::{Prepared, Relay, RelayEnd, RelayTimeouts};
+use crate::forward::{Prepared, Relay, RelayEnd, RelayTimeouts, CLIENT_READ_CHUNK};
 use crate::lifecycle::Phase;
 use crate::pool::PoolSettings;
 use crate::pool::{Pool, PooledServer};
@@ -39,7 +39,7 @@ enum Idle {
     Bad(String),
 }
 
-pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> EndReason {
+pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -> EndReason {
     let mut phase = app.lifecycle.subscribe();
     loop {
         let settings = s.pool.settings();
@@ -91,7 +91,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Session) -> End
             tracing::warn!(
                 "C-{}: {} invalid server parameter: {e}",
                 client.id,
-                client.label
+                client.label()
             );
             return EndReason::Error(ClientNotice::new(
                 sqlstate::PROTOCOL_VIOLATION,
@@ -309,11 +309,6 @@ async fn wait_for_request(
             Ok(None) => {}
             Err(e) => return Idle::Bad(format!("bad packet header: {e}")),
         }
-        // Only a header is needed here (the relay reads the rest), and the buffer stays with the
-        // client while it idles: keep it small.
-        if client.rbuf.capacity() - client.rbuf.len() < 256 {
-            client.rbuf.reserve(1024);
-        }
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -326,7 +321,8 @@ async fn wait_for_request(
         tokio::select! {
             biased;
             _ = kill.cancelled() => return Idle::Killed,
-            r = client.stream.read_buf(&mut client.rbuf), if !park => match r {
+            // With nothing buffered, the idle client holds no read buffer (`read_when_ready`).
+            r = client.stream.read_when_ready(&mut client.rbuf, CLIENT_READ_CHUNK), if !park => match r {
                 Ok(0) | Err(_) => return Idle::Closed,
                 Ok(n) => PoolStats::add(&stats.bytes_received, n as u64),
             },

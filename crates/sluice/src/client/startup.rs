@@ -195,7 +195,7 @@ async fn validate(
         let names: Vec<&str> = negotiate.iter().map(String::as_str).collect();
         encode_negotiate_protocol_version(0, &names, &mut client.wbuf);
     }
-    client.label = format!("{database}/{user}@{}", client.peer);
+    client.names = Some((database.clone(), user.clone()));
     Ok(StartupInfo {
         user,
         database,

@@ -43,14 +43,14 @@ pub async fn upgrade(
             tracing::debug!(
                 "C-{}: {} TLS established: {}",
                 client.id,
-                client.label,
+                client.label(),
                 facts.description
             );
             client.tls = facts;
             Ok(())
         }
         Err(e) => {
-            tracing::warn!("C-{}: {} {e}", client.id, client.label);
+            tracing::warn!("C-{}: {} {e}", client.id, client.label());
             Err(EndReason::NoSession)
         }
     }
