@@ -480,6 +480,21 @@ async def login(port, user, password):
         raise
 
 
+async def simple_query(reader, writer, sql):
+    """Run one simple-protocol query; returns at ReadyForQuery. Raises on an ErrorResponse."""
+    q = sql.encode() + b"\0"
+    writer.write(b"Q" + struct.pack("!i", 4 + len(q)) + q)
+    error = None
+    while True:
+        typ, body = await read_msg(reader)
+        if typ == b"E":
+            error = error_text(body)
+        elif typ == b"Z":
+            if error:
+                raise RuntimeError(error)
+            return
+
+
 async def auth_method(port, user):
     """The authentication the server asks `user` for (first AuthenticationRequest), then hang up."""
     try:
@@ -514,7 +529,11 @@ async def hold_idle(port, user, password, n, batch, on_held):
     async def one():
         async with sem:
             try:
-                conns.append(await asyncio.wait_for(login(port, user, password), 30))
+                conn = await asyncio.wait_for(login(port, user, password), 30)
+                conns.append(conn)
+                # Idle after some work, as an application's pooled connections are: whatever a
+                # query made the pooler allocate for the client counts too.
+                await asyncio.wait_for(simple_query(*conn, "SELECT 1"), 30)
             except Exception as e:  # noqa: BLE001 - every failure is counted and reported
                 errors[(str(e) or type(e).__name__)[:120]] += 1
 

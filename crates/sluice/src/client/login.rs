@@ -69,7 +69,7 @@ pub async fn login(
     let req = AuthRequest {
         user: &info.user,
         database: &info.database,
-        db: db.as_ref(),
+        db: db.as_deref(),
     };
     let auth = authenticate(app, client, &req).await?;
     let Some(db) = db else {
@@ -167,11 +167,13 @@ pub async fn login(
     encode_backend_key_data(cancel.key, &mut client.wbuf);
     encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
     client.flush().await.map_err(|_| EndReason::ClientClosed)?;
+    // Only errors are composed here from now on: the welcome's buffer is not kept for them.
+    client.wbuf = bytes::BytesMut::new();
     if cfg.settings.log_connections {
         tracing::info!(
             "C-{}: {} login attempt: db={} user={} tls={}",
             client.id,
-            client.label,
+            client.label(),
             info.database,
             info.user,
             if client.tls.is_tls {

@@ -40,10 +40,10 @@ use expect::Expect;
 const READ_CAP: usize = 64 * 1024;
 /// Largest server message buffered whole to inspect (ReadyForQuery, ParameterStatus, CommandComplete).
 const INSPECT_MAX: usize = 32 * 1024;
-/// Read buffer growth: servers send result sets, clients mostly short requests. A client's buffer
-/// stays with it while it idles, so it grows in smaller steps (PgBouncer's pkt_buf is 4 KiB).
+/// Read buffer growth: servers send result sets, clients mostly short requests (PgBouncer's pkt_buf
+/// is 4 KiB). An idle client with nothing buffered holds no buffer (`Stream::read_when_ready`).
 const READ_CHUNK: usize = 16 * 1024;
-const CLIENT_READ_CHUNK: usize = 4 * 1024;
+pub const CLIENT_READ_CHUNK: usize = 4 * 1024;
 
 /// Why a relay ended.
 #[derive(Debug)]

@@ -7,7 +7,8 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::tls_io::FlushedTls;
@@ -97,6 +98,30 @@ impl Stream {
             Stream::ServerTls(s) => Some(s.get_ref().get_ref().0),
             Stream::Unix(_) | Stream::Closed => None,
         }
+    }
+
+    /// Read more into `buf`; while `buf` is empty, hold no memory for it until the peer has sent
+    /// something. An idle client waits far longer than it talks, so a plain socket is waited on for
+    /// readiness with `buf` freed, and `chunk` bytes are reserved once there is something to read
+    /// (or EOF). Under TLS, decrypted bytes may already sit in rustls' buffer where the socket's
+    /// readiness does not show them, so a TLS stream is read with its buffer as usual.
+    ///
+    /// The read itself goes through `read_buf` (not `try_read_buf`) because tokio clears readiness
+    /// after a short read there, which saves the next wait a system call.
+    pub async fn read_when_ready(&mut self, buf: &mut BytesMut, chunk: usize) -> io::Result<usize> {
+        if buf.is_empty() && matches!(self, Stream::Tcp(_) | Stream::Unix(_)) {
+            *buf = BytesMut::new();
+            std::future::poll_fn(|cx| match &*self {
+                Stream::Tcp(s) => s.poll_read_ready(cx),
+                Stream::Unix(s) => s.poll_read_ready(cx),
+                _ => Poll::Ready(Ok(())),
+            })
+            .await?;
+        }
+        if buf.capacity() - buf.len() < chunk / 4 {
+            buf.reserve(chunk);
+        }
+        self.read_buf(buf).await
     }
 
     /// Non-blocking check used before handing an idle server out: true means the socket is still
@@ -205,4 +230,56 @@ impl AsyncWrite for Stream {
 
 fn closed() -> io::Error {
     io::Error::new(io::ErrorKind::NotConnected, "socket handed over to TLS")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    async fn pair() -> (Stream, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (ours, _) = listener.accept().await.unwrap();
+        (Stream::Tcp(ours), peer)
+    }
+
+    #[tokio::test]
+    async fn an_idle_socket_is_waited_on_without_a_buffer() {
+        let (mut stream, mut peer) = pair().await;
+        let mut buf = BytesMut::new();
+        peer.write_all(b"Q\0\0\0\x05x").await.unwrap();
+        let n = stream.read_when_ready(&mut buf, 4096).await.unwrap();
+        assert_eq!((n, &buf[..]), (6, &b"Q\0\0\0\x05x"[..]));
+        assert!(buf.capacity() >= 4096);
+        // Everything consumed, nothing more sent: the wait holds no buffer.
+        buf.clear();
+        {
+            let read = stream.read_when_ready(&mut buf, 4096);
+            tokio::pin!(read);
+            assert!(poll_once(read.as_mut()).await.is_none());
+        }
+        assert_eq!(buf.capacity(), 0);
+        peer.write_all(b"yz").await.unwrap();
+        let n = stream.read_when_ready(&mut buf, 4096).await.unwrap();
+        assert_eq!((n, &buf[..]), (2, &b"yz"[..]));
+        // With bytes still buffered, a read keeps them and appends.
+        peer.write_all(b"!").await.unwrap();
+        let n = stream.read_when_ready(&mut buf, 4096).await.unwrap();
+        assert_eq!((n, &buf[..]), (1, &b"yz!"[..]));
+        // EOF is a zero-byte read, as with read_buf.
+        drop(peer);
+        buf.clear();
+        assert_eq!(stream.read_when_ready(&mut buf, 4096).await.unwrap(), 0);
+    }
+
+    /// Poll a future once: Some(output) if it completed.
+    async fn poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+        let mut f = f;
+        std::future::poll_fn(|cx| Poll::Ready(match Pin::new(&mut f).poll(cx) {
+            Poll::Ready(v) => Some(v),
+            Poll::Pending => None,
+        }))
+        .await
+    }
 }
