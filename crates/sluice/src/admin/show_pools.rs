@@ -73,7 +73,7 @@ pub fn pool_rows(app: &App) -> Vec<PoolRow> {
             sv_login: c.connecting,
             maxwait: c.max_wait,
             pool_mode: p.settings().mode.render(),
-            load_balance_hosts: lb_hosts(db.as_ref()),
+            load_balance_hosts: lb_hosts(db.as_deref()),
             paused: p.is_paused(),
         });
     }
@@ -158,7 +158,7 @@ fn database_entries(app: &App, cfg: &Config) -> Vec<DatabaseEntry> {
     names.extend(app.pools.all().iter().map(|p| p.key.database.clone()));
     names
         .iter()
-        .filter_map(|n| resolve::find_database(cfg, n))
+        .filter_map(|n| resolve::find_database(cfg, n).map(std::borrow::Cow::into_owned))
         .collect()
 }
 

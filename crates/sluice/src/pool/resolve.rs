@@ -1,6 +1,7 @@
 //! From config to pools: which [databases] entry a client's database name means, and the effective
 //! settings of a (database, user) pool with user > database > global precedence.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,11 +15,16 @@ use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::tls::ServerTls;
 
-/// The db entry for `name`: an explicit one, or one made from the `*` fallback (auto-database).
-pub fn find_database(cfg: &Config, name: &str) -> Option<DatabaseEntry> {
-    cfg.database(name)
-        .cloned()
-        .or_else(|| cfg.fallback.as_ref().map(|f| f.instantiate_auto(name)))
+/// The db entry for `name`: an explicit one (borrowed: every login looks one up), or one made from
+/// the `*` fallback (auto-database).
+pub fn find_database<'c>(cfg: &'c Config, name: &str) -> Option<Cow<'c, DatabaseEntry>> {
+    match cfg.database(name) {
+        Some(db) => Some(Cow::Borrowed(db)),
+        None => cfg
+            .fallback
+            .as_ref()
+            .map(|f| Cow::Owned(f.instantiate_auto(name))),
+    }
 }
 
 /// Whole seconds from [users]/[databases] overrides; 0 means "no limit" like the global keys.
