@@ -4,6 +4,7 @@
 pub mod fd_limit;
 pub mod framed;
 pub mod socket;
+pub mod spare_buffers;
 pub mod stream;
 pub mod tls_io;
 

@@ -11,6 +11,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
+use super::spare_buffers;
 use super::tls_io::FlushedTls;
 
 /// A connected socket.
@@ -102,23 +103,33 @@ impl Stream {
 
     /// Read more into `buf`; while `buf` is empty, hold no memory for it until the peer has sent
     /// something. An idle client waits far longer than it talks, so a plain socket is waited on for
-    /// readiness with `buf` freed, and `chunk` bytes are reserved once there is something to read
-    /// (or EOF). Under TLS, decrypted bytes may already sit in rustls' buffer where the socket's
-    /// readiness does not show them, so a TLS stream is read with its buffer as usual.
+    /// readiness with `buf` given back to the worker's spare buffers, and a buffer of at least
+    /// `chunk` bytes is taken once there is something to read (or EOF). Under TLS, decrypted bytes
+    /// may already sit in rustls' buffer where the socket's readiness does not show them, so a TLS
+    /// stream is read with its buffer as usual.
     ///
     /// The read itself goes through `read_buf` (not `try_read_buf`) because tokio clears readiness
     /// after a short read there, which saves the next wait a system call.
     pub async fn read_when_ready(&mut self, buf: &mut BytesMut, chunk: usize) -> io::Result<usize> {
         if buf.is_empty() && matches!(self, Stream::Tcp(_) | Stream::Unix(_)) {
-            *buf = BytesMut::new();
-            std::future::poll_fn(|cx| match &*self {
-                Stream::Tcp(s) => s.poll_read_ready(cx),
-                Stream::Unix(s) => s.poll_read_ready(cx),
-                _ => Poll::Ready(Ok(())),
+            let stream = &*self;
+            std::future::poll_fn(|cx| {
+                let ready = match stream {
+                    Stream::Tcp(s) => s.poll_read_ready(cx),
+                    Stream::Unix(s) => s.poll_read_ready(cx),
+                    _ => Poll::Ready(Ok(())),
+                };
+                // Only a wait gives the buffer up: a request already there is read into it.
+                if ready.is_pending() && buf.capacity() > 0 {
+                    spare_buffers::give(std::mem::take(buf), chunk);
+                }
+                ready
             })
             .await?;
         }
-        if buf.capacity() - buf.len() < chunk / 4 {
+        if buf.capacity() == 0 {
+            *buf = spare_buffers::take(chunk);
+        } else if buf.capacity() - buf.len() < chunk / 4 {
             buf.reserve(chunk);
         }
         self.read_buf(buf).await
@@ -239,7 +250,9 @@ mod tests {
 
     async fn pair() -> (Stream, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let peer = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let peer = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
         let (ours, _) = listener.accept().await.unwrap();
         (Stream::Tcp(ours), peer)
     }
@@ -276,10 +289,12 @@ mod tests {
     /// Poll a future once: Some(output) if it completed.
     async fn poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
         let mut f = f;
-        std::future::poll_fn(|cx| Poll::Ready(match Pin::new(&mut f).poll(cx) {
-            Poll::Ready(v) => Some(v),
-            Poll::Pending => None,
-        }))
+        std::future::poll_fn(|cx| {
+            Poll::Ready(match Pin::new(&mut f).poll(cx) {
+                Poll::Ready(v) => Some(v),
+                Poll::Pending => None,
+            })
+        })
         .await
     }
 }

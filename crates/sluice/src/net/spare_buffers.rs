@@ -1,0 +1,70 @@
+//! Per-worker spare read buffers. A client that goes idle with nothing buffered gives its read
+//! buffer back here and takes one when its next request arrives (`Stream::read_when_ready`): idle
+//! clients hold no buffer memory, and a busy worker cycles a few warm buffers instead of
+//! allocating one per transaction.
+//!
+//! Per thread because each worker is one thread running its clients' tasks: no lock, no sharing.
+
+use std::cell::RefCell;
+
+use bytes::BytesMut;
+
+/// Buffers kept per worker thread (of `chunk` to 4 × `chunk` bytes: at 4 KiB, 1 MiB at most).
+const KEEP: usize = 64;
+
+thread_local! {
+    static SPARE: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty buffer with room for at least `chunk` bytes.
+pub fn take(chunk: usize) -> BytesMut {
+    SPARE
+        .with(|s| s.borrow_mut().pop())
+        .filter(|b| b.capacity() >= chunk)
+        .unwrap_or_else(|| BytesMut::with_capacity(chunk))
+}
+
+/// Keep `buf` (its contents discarded) for the next `take` on this thread; a buffer that grew
+/// past 4 × `chunk`, or one more than `KEEP`, is freed instead.
+pub fn give(mut buf: BytesMut, chunk: usize) {
+    buf.clear();
+    // Consuming messages advanced the buffer's start, which shrinks what `capacity` reports; an
+    // empty buffer that owns its memory gets all of it back here without allocating or copying.
+    buf.reserve(chunk);
+    if buf.capacity() > 4 * chunk {
+        return;
+    }
+    SPARE.with(|s| {
+        let mut spare = s.borrow_mut();
+        if spare.len() < KEEP {
+            spare.push(buf);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_reused_on_the_same_thread_within_bounds() {
+        let mut b = take(4096);
+        assert!(b.capacity() >= 4096);
+        let ptr = b.as_ptr();
+        b.extend_from_slice(b"consumed");
+        let _ = b.split_to(8); // as the relay consumes messages: the start moves on
+        assert!(b.capacity() < 4096);
+        give(b, 4096);
+        let again = take(4096);
+        assert_eq!(again.as_ptr(), ptr, "the spare buffer is handed out again");
+        assert!(again.is_empty(), "contents are discarded");
+        // Too large: freed, not kept.
+        give(BytesMut::with_capacity(64 * 1024), 4096);
+        assert_eq!(SPARE.with(|s| s.borrow().len()), 0);
+        // At most KEEP are kept.
+        for _ in 0..KEEP + 10 {
+            give(BytesMut::with_capacity(4096), 4096);
+        }
+        assert_eq!(SPARE.with(|s| s.borrow().len()), KEEP);
+    }
+}
