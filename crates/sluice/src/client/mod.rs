@@ -21,6 +21,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::app::App;
 use crate::error::ClientNotice;
+use crate::forward::CLIENT_READ_CHUNK;
 use crate::net::{PeerAddr, Stream};
 use crate::suspend::SuspendGate;
 
@@ -47,7 +48,9 @@ impl ClientConn {
         ClientConn {
             id,
             stream,
-            rbuf: BytesMut::with_capacity(1024),
+            // From the worker's spares, and back there on drop (`Drop`): a login allocates no
+            // read buffer in steady state.
+            rbuf: crate::net::spare_buffers::take(CLIENT_READ_CHUNK),
             wbuf: BytesMut::with_capacity(512),
             peer,
             names: None,
@@ -85,6 +88,12 @@ impl ClientConn {
             ),
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), self.flush()).await;
+    }
+}
+
+impl Drop for ClientConn {
+    fn drop(&mut self) {
+        crate::net::spare_buffers::give(std::mem::take(&mut self.rbuf), CLIENT_READ_CHUNK);
     }
 }
 

@@ -18,8 +18,11 @@ thread_local! {
 
 /// An empty buffer with room for at least `chunk` bytes.
 pub fn take(chunk: usize) -> BytesMut {
+    // `try_with`: connections may be dropped while the thread's locals are torn down at exit.
     SPARE
-        .with(|s| s.borrow_mut().pop())
+        .try_with(|s| s.borrow_mut().pop())
+        .ok()
+        .flatten()
         .filter(|b| b.capacity() >= chunk)
         .unwrap_or_else(|| BytesMut::with_capacity(chunk))
 }
@@ -34,7 +37,7 @@ pub fn give(mut buf: BytesMut, chunk: usize) {
     if buf.capacity() > 4 * chunk {
         return;
     }
-    SPARE.with(|s| {
+    let _ = SPARE.try_with(|s| {
         let mut spare = s.borrow_mut();
         if spare.len() < KEEP {
             spare.push(buf);
