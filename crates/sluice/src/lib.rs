@@ -58,8 +58,16 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
 
     let mut phase = app.lifecycle.subscribe();
     let mut paused = false;
+    let mut nudged = false;
     loop {
         let now = *phase.borrow_and_update();
+        if now.drops_idle_clients() && !nudged {
+            // Idle clients look at the phase only when woken (`client::session`): wake them all.
+            nudged = true;
+            for c in app.registry.all() {
+                c.kill.nudge();
+            }
+        }
         match now {
             Phase::Running => {}
             Phase::Exit => break,

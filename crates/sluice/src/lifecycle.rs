@@ -2,6 +2,7 @@
 //! between them (signals, admin SHUTDOWN), plus the PAUSE/SUSPEND/DISABLE flags the admin console sets.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -10,6 +11,7 @@ use tokio::sync::watch;
 use crate::suspend::SuspendGate;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Phase {
     Running,
     /// SIGINT / SHUTDOWN WAIT_FOR_SERVERS: stop accepting, fail queued clients, exit when no server is in use.
@@ -20,22 +22,44 @@ pub enum Phase {
     Exit,
 }
 
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::Running,
+            1 => Phase::WaitForServers,
+            2 => Phase::WaitForClients,
+            _ => Phase::Exit,
+        }
+    }
+
+    /// Phases in which an idle client is told "server shutting down" and let go.
+    pub fn drops_idle_clients(self) -> bool {
+        matches!(self, Phase::WaitForServers | Phase::Exit)
+    }
+}
+
+/// The phase, for the few tasks that wait on it (`subscribe`) and as an atomic for the many that
+/// only look at it: idle clients check it on every wake-up instead of each linking a waiter into
+/// the channel's shared list per transaction; the main loop nudges them when it changes
+/// (`lib.rs`).
 #[derive(Debug)]
 pub struct Lifecycle {
     tx: watch::Sender<Phase>,
+    now: AtomicU8,
 }
 
 impl Default for Lifecycle {
     fn default() -> Self {
         Lifecycle {
             tx: watch::Sender::new(Phase::Running),
+            now: AtomicU8::new(Phase::Running as u8),
         }
     }
 }
 
 impl Lifecycle {
     pub fn phase(&self) -> Phase {
-        *self.tx.borrow()
+        Phase::from_u8(self.now.load(Ordering::Acquire))
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Phase> {
@@ -54,6 +78,7 @@ impl Lifecycle {
             (_, Phase::Running) => self.phase(),
             _ => Phase::Exit,
         };
+        self.now.store(next as u8, Ordering::Release);
         self.tx.send_replace(next);
         next
     }

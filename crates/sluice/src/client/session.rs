@@ -2,8 +2,10 @@
 //! and relaying until the pool mode says the server goes back (transaction/statement) or the client
 //! leaves (session). Every way out decides whether the server is clean enough to reuse.
 
+use std::future::poll_fn;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use super::kill::KillSwitch;
@@ -11,7 +13,6 @@ use bytes::BytesMut;
 use sluice_config::PoolMode;
 use sluice_protocol::{frontend_tag, peek_header};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::watch;
 
 use super::login::Session;
 use super::registry::ClientState;
@@ -20,7 +21,7 @@ use crate::app::App;
 use crate::error::ServerError;
 use crate::error::{sqlstate, ClientNotice};
 use crate::forward::{Prepared, Relay, RelayEnd, RelayTimeouts, CLIENT_READ_CHUNK};
-use crate::lifecycle::Phase;
+use crate::lifecycle::{Lifecycle, Phase};
 use crate::pool::PoolSettings;
 use crate::pool::{Pool, PooledServer};
 use crate::server::params::set_statement;
@@ -40,7 +41,6 @@ enum Idle {
 }
 
 pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -> EndReason {
-    let mut phase = app.lifecycle.subscribe();
     loop {
         let settings = s.pool.settings();
         let max_packet = settings.connect.max_packet_size;
@@ -50,7 +50,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
             client,
             max_packet,
             idle_limit,
-            &mut phase,
+            &app.lifecycle,
             &s.entry.kill,
             &s.pool.stats,
         )
@@ -297,7 +297,7 @@ async fn wait_for_request(
     client: &mut ClientConn,
     max_packet: usize,
     idle_limit: Option<Duration>,
-    phase: &mut watch::Receiver<Phase>,
+    lifecycle: &Lifecycle,
     kill: &KillSwitch,
     stats: &PoolStats,
 ) -> Idle {
@@ -329,10 +329,10 @@ async fn wait_for_request(
             _ = client.suspend.parked_until_resume(client.id), if park => {}
             _ = client.suspend.closed_on_wake(), if !suspended => {}
             _ = sleep, if !park => return Idle::Timeout,
-            changed = phase.changed() => {
-                if changed.is_err() || *phase.borrow() == Phase::Exit || *phase.borrow() == Phase::WaitForServers {
-                    return Idle::Shutdown;
-                }
+            // No waiter of its own: the main loop nudges every client (its kill switch's waker,
+            // registered above) when the phase changes, and this poll then sees it.
+            _ = poll_fn(|_| if lifecycle.phase().drops_idle_clients() { Poll::Ready(()) } else { Poll::Pending }) => {
+                return Idle::Shutdown;
             }
         }
     }
