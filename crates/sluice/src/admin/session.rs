@@ -122,7 +122,6 @@ pub async fn run(
         let _ = entry.application_name.set(a.to_string());
     }
     entry.set_state(ClientState::Active);
-    client.names = Some((ADMIN_DB.to_string(), info.user.clone()));
     let mut state = ConsoleState::default();
     let end = serve(app, client, access, entry, &mut state).await;
     // The console that issued SUSPEND is the only way back in (the listeners are suspended).
