@@ -23,13 +23,19 @@ pub enum Phase {
 }
 
 impl Phase {
+    const ALL: [Phase; 4] = [
+        Phase::Running,
+        Phase::WaitForServers,
+        Phase::WaitForClients,
+        Phase::Exit,
+    ];
+
+    /// The phase stored as `phase as u8` (whatever the variants' order).
     fn from_u8(v: u8) -> Phase {
-        match v {
-            0 => Phase::Running,
-            1 => Phase::WaitForServers,
-            2 => Phase::WaitForClients,
-            _ => Phase::Exit,
-        }
+        Phase::ALL
+            .into_iter()
+            .find(|p| *p as u8 == v)
+            .unwrap_or(Phase::Exit)
     }
 
     /// Phases in which an idle client is told "server shutting down" and let go.
@@ -231,6 +237,22 @@ impl Control {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_atomic_phase_follows_every_request() {
+        for p in Phase::ALL {
+            assert_eq!(Phase::from_u8(p as u8), p);
+        }
+        let l = Lifecycle::default();
+        assert_eq!(l.phase(), Phase::Running);
+        assert_eq!(l.request(Phase::WaitForClients), Phase::WaitForClients);
+        assert_eq!(
+            (l.phase(), *l.subscribe().borrow()),
+            (Phase::WaitForClients, Phase::WaitForClients)
+        );
+        assert_eq!(l.request(Phase::WaitForServers), Phase::Exit);
+        assert_eq!(l.phase(), Phase::Exit);
+    }
 
     #[test]
     fn pause_resume_rules() {
