@@ -409,6 +409,7 @@ server_tls_sslmode = require
 default_pool_size = 1
 [sluice]
 workers = 2
+worker_spread_percent = 0
 ",
         DB_BY_IP,
     ))

@@ -1,6 +1,8 @@
 //! Worker threads (`[sluice] workers`) through the real `sluice` binary: clients are spread over
 //! every worker (one SO_REUSEPORT listening socket each), the pool and its limits stay shared by
-//! all of them, and a second pooler cannot join those sockets.
+//! all of them, and a second pooler cannot join those sockets. Worker packing
+//! (`worker_spread_percent`): a lightly loaded pooler gathers its clients on one worker (moving
+//! them between transactions, steering new connections there) and spreads them again under load.
 
 mod pooling_common;
 
@@ -11,6 +13,8 @@ use std::time::Duration;
 use sluice_e2e::Sluice;
 
 use pooling_common::{connect, new_role, start, DATABASES};
+use sluice_e2e::free_port;
+use tokio_postgres::Client;
 
 /// CPU time (ns) each thread of `pid` has used, keyed by thread name; the main thread is "main".
 fn thread_cpu(pid: u32) -> Vec<(String, u64)> {
@@ -47,7 +51,7 @@ fn cpu_of(threads: &[(String, u64)], name: &str) -> u64 {
 async fn clients_are_spread_over_workers_that_share_one_pool() {
     let u = new_role("workers").await;
     let s = start(
-        "pool_mode = transaction\ndefault_pool_size = 2\n[sluice]\nworkers = 2",
+        "pool_mode = transaction\ndefault_pool_size = 2\n[sluice]\nworkers = 2\nworker_spread_percent = 0",
         &[&u],
     );
     let mut clients = Vec::new();
@@ -117,4 +121,135 @@ workers = 2",
     // The first one still serves.
     let c = connect(&first, &u).await;
     c.simple_query("SELECT 1").await.unwrap();
+}
+
+/// GET /metrics from the pooler's HTTP endpoint.
+async fn metrics(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
+        .await
+        .expect("metrics in time")
+        .unwrap();
+    out
+}
+
+/// The value of one sample (`name{labels}` or `name`) in a metrics text.
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
+}
+
+/// (workers active, clients on worker 0, clients on worker 1, moves so far)
+async fn workers_now(mport: u16) -> (f64, f64, f64, f64) {
+    let m = metrics(mport).await;
+    (
+        sample(&m, "sluice_workers_active"),
+        sample(&m, "sluice_worker_clients{worker=\"0\"}"),
+        sample(&m, "sluice_worker_clients{worker=\"1\"}"),
+        sample(&m, "sluice_worker_client_moves_total"),
+    )
+}
+
+/// Every client runs one query and gets its own answer back.
+async fn all_answer(clients: &[Client]) {
+    for (i, c) in clients.iter().enumerate() {
+        let row = c
+            .query_one("SELECT $1::int + 1", &[&(i as i32)])
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i32>(0), i as i32 + 1);
+    }
+}
+
+fn packing_ini(mport: u16, spread: u32) -> String {
+    Sluice::basic_ini(
+        &format!(
+            "pool_mode = transaction\ndefault_pool_size = 4\n[sluice]\nworkers = 2\n\
+             worker_spread_percent = {spread}\nmetrics_listen_addr = 127.0.0.1:{mport}"
+        ),
+        DATABASES,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_gather_on_one_worker_when_idle_and_spread_under_load() {
+    let u = new_role("packing").await;
+    let mport = free_port();
+    let s = Sluice::builder(&packing_ini(mport, 0))
+        .userlist(&format!("\"{u}\" \"{}\"\n", pooling_common::PW))
+        .start();
+    // Spread (0): the kernel hashes 16 connections over both workers (all on one: 1 in 32,768).
+    let mut clients = Vec::new();
+    for _ in 0..16 {
+        clients.push(connect(&s, &u).await);
+    }
+    all_answer(&clients).await;
+    let (active, w0, w1, _) = workers_now(mport).await;
+    assert_eq!((active, w0 + w1), (2.0, 16.0));
+    assert!(w0 > 0.0 && w1 > 0.0, "clients on one worker: {w0} / {w1}");
+
+    // Packing on: after a few calm seconds one worker is active, and every client that runs a
+    // transaction moves to it afterwards.
+    s.rewrite_config(&packing_ini(mport, 75));
+    s.signal(nix::sys::signal::Signal::SIGHUP);
+    let mut now = (0.0, 0.0, 0.0, 0.0);
+    for _ in 0..100 {
+        all_answer(&clients).await;
+        now = workers_now(mport).await;
+        if now.0 == 1.0 && now.2 == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!((now.0, now.1, now.2), (1.0, 16.0, 0.0), "{}", s.log());
+    assert!(now.3 >= w1, "moves counted: {now:?}");
+    assert!(s.log().contains("workers: 1 of 2 active"), "{}", s.log());
+    all_answer(&clients).await;
+
+    // New connections are steered to the active worker (all 16 on worker 0 by chance: 1 in 65,536).
+    for _ in 0..16 {
+        clients.push(connect(&s, &u).await);
+    }
+    all_answer(&clients).await;
+    assert_eq!(
+        workers_now(mport).await.2,
+        0.0,
+        "a new client landed on worker 1"
+    );
+
+    // Under load past the threshold (1% of a CPU here), the second worker takes half the clients.
+    s.rewrite_config(&packing_ini(mport, 1));
+    s.signal(nix::sys::signal::Signal::SIGHUP);
+    let clients = std::sync::Arc::new(clients);
+    let mut spread = (0.0, 0.0, 0.0, 0.0);
+    for _ in 0..100 {
+        let mut tasks = Vec::new();
+        for i in 0..clients.len() {
+            let clients = clients.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..20 {
+                    clients[i].simple_query("SELECT 1").await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        spread = workers_now(mport).await;
+        if spread.0 == 2.0 && spread.2 >= 8.0 {
+            break;
+        }
+    }
+    assert_eq!(spread.0, 2.0, "{}", s.log());
+    assert!(spread.2 >= 8.0 && spread.1 + spread.2 == 32.0, "{spread:?}");
+    assert!(s.log().contains("workers: 2 of 2 active"), "{}", s.log());
+    all_answer(&clients).await;
 }

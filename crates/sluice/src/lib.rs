@@ -36,9 +36,9 @@ use listener::Listeners;
 /// Serve until the lifecycle reaches an exit condition. Returns when the process may exit.
 pub async fn run(app: Arc<App>, listeners: Listeners) {
     let unix_path = listeners.unix_path();
-    for (worker, l) in listeners.tcp {
+    for l in listeners.tcp {
         app.workers.spawn_on(
-            worker,
+            l.worker,
             listener::accept_tcp(app.clone(), l, app.lifecycle.subscribe()),
         );
     }
@@ -55,6 +55,7 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
     app.listening.store(true, Ordering::Release);
     let janitor = tokio::spawn(janitor_loop(app.clone()));
     let stats = tokio::spawn(stats_loop(app.clone()));
+    let balancer = tokio::spawn(balance_loop(app.clone()));
 
     let mut phase = app.lifecycle.subscribe();
     let mut paused = false;
@@ -102,6 +103,7 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
     }
     janitor.abort();
     stats.abort();
+    balancer.abort();
     if let Some(m) = metrics {
         m.abort();
     }
@@ -120,6 +122,19 @@ async fn janitor_loop(app: Arc<App>) {
         if !app.control.gate().is_suspended() {
             pool::janitor::tick(&app.pools);
         }
+    }
+}
+
+/// Once a second: how many workers take clients (`workers::balance`).
+async fn balance_loop(app: Arc<App>) {
+    let mut balancer = workers::balance::Balancer::new(&app.workers);
+    let mut tick = tokio::time::interval(workers::balance::PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let spread = app.config().sluice.worker_spread_percent;
+        balancer.tick(&app.workers, spread);
     }
 }
 

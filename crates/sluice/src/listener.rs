@@ -31,9 +31,19 @@ pub enum BindError {
     Unix { path: String, source: io::Error },
 }
 
+/// One TCP listening socket.
+pub struct TcpListening {
+    pub worker: usize,
+    pub listener: std::net::TcpListener,
+    /// This socket's accept loop steers its SO_REUSEPORT group to the active workers
+    /// (`workers::steer`): worker 0's socket of each address, unless `so_reuseport` lets other
+    /// processes join the group.
+    pub steers: bool,
+}
+
 pub struct Listeners {
     /// TCP listening sockets, each with the worker that accepts on it (see `bind`).
-    pub tcp: Vec<(usize, std::net::TcpListener)>,
+    pub tcp: Vec<TcpListening>,
     pub unix: Option<(UnixListener, PathBuf)>,
     /// The HTTP endpoint for /metrics and /health (`[sluice] metrics_listen_addr`).
     pub metrics: Option<TcpListener>,
@@ -98,7 +108,7 @@ pub fn bind(cfg: &Config, workers: usize) -> Result<Listeners, BindError> {
 fn bind_tcp_all(
     s: &sluice_config::Settings,
     workers: usize,
-) -> Result<Vec<(usize, std::net::TcpListener)>, BindError> {
+) -> Result<Vec<TcpListening>, BindError> {
     let mut tcp = Vec::new();
     if let Some(addrs) = s.listen_addr.as_deref().filter(|a| !a.trim().is_empty()) {
         for a in addrs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
@@ -137,9 +147,13 @@ fn bind_per_worker(
     backlog: u32,
     so_reuseport: bool,
     workers: usize,
-) -> io::Result<Vec<(usize, std::net::TcpListener)>> {
+) -> io::Result<Vec<TcpListening>> {
     if workers <= 1 {
-        return Ok(vec![(0, bind_std(addr, backlog, so_reuseport)?)]);
+        return Ok(vec![TcpListening {
+            worker: 0,
+            listener: bind_std(addr, backlog, so_reuseport)?,
+            steers: false,
+        }]);
     }
     if !so_reuseport {
         let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
@@ -152,10 +166,15 @@ fn bind_per_worker(
     let mut out = Vec::with_capacity(workers);
     // listen_port = 0: the first socket picks the port, the others join it.
     let mut addr = addr;
+    // Bound in worker order: a socket's index in the kernel's group is its worker (`steer.rs`).
     for w in 0..workers {
         let l = bind_std(addr, backlog, true)?;
         addr = l.local_addr()?;
-        out.push((w, l));
+        out.push(TcpListening {
+            worker: w,
+            listener: l,
+            steers: w == 0 && !so_reuseport,
+        });
     }
     Ok(out)
 }
@@ -215,23 +234,40 @@ async fn wait_while_suspended(app: &App, phase: &mut watch::Receiver<Phase>) -> 
 
 /// Accept TCP clients until the pooler stops accepting (any phase but Running). Runs on the worker
 /// that owns `listener` (registered here, so it wakes this worker) and keeps its clients there.
-pub async fn accept_tcp(
-    app: Arc<App>,
-    listener: std::net::TcpListener,
-    mut phase: watch::Receiver<Phase>,
-) {
-    let listener = match TcpListener::from_std(listener) {
+pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch::Receiver<Phase>) {
+    let listener = match TcpListener::from_std(listening.listener) {
         Ok(l) => l,
         Err(e) => {
             tracing::error!("cannot register a listening socket: {e}");
             return;
         }
     };
+    let mut active = listening
+        .steers
+        .then(|| app.workers.watch_active())
+        .flatten();
+    if let Some(n) = active.as_mut().map(|a| *a.borrow_and_update()) {
+        if !steer(&listener, n) {
+            active = None;
+        }
+    }
     loop {
         if !wait_while_suspended(&app, &mut phase).await {
             return;
         }
+        let active_changed = async {
+            match &mut active {
+                Some(a) => a.changed().await.is_ok(),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            ok = active_changed => {
+                let n = active.as_mut().filter(|_| ok).map(|a| *a.borrow_and_update());
+                if !n.is_some_and(|n| steer(&listener, n)) {
+                    active = None;
+                }
+            }
             _ = app.control.gate().suspended() => {}
             r = listener.accept() => match r {
                 Ok((sock, addr)) => {
@@ -248,6 +284,20 @@ pub async fn accept_tcp(
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Point new connections of `listener`'s SO_REUSEPORT group at the first `n` workers. When the
+/// kernel refuses the program, steering stops (logins then land on any worker, and those landing
+/// on an inactive one move after their first transaction). False when steering stops.
+fn steer(listener: &TcpListener, n: usize) -> bool {
+    use std::os::fd::AsFd;
+    match crate::workers::steer::steer(listener.as_fd(), n) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("cannot steer new connections to the active workers: {e}");
+            false
         }
     }
 }

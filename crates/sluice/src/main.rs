@@ -91,7 +91,7 @@ fn main() -> ExitCode {
             .unwrap_or(1),
         n => n as usize,
     };
-    let (runtime, worker_handles) = match sluice::workers::start(workers) {
+    let started = match sluice::workers::start(workers) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!("cannot start runtime: {e}");
@@ -103,6 +103,11 @@ fn main() -> ExitCode {
         .clone()
         .or_else(|| s.user.clone())
         .filter(|u| !u.is_empty());
+    let sluice::workers::Started {
+        runtime,
+        handles: worker_handles,
+        clocks: worker_clocks,
+    } = started;
     let code = runtime.block_on(async move {
         let listeners = match sluice::listener::bind(&config, workers) {
             Ok(l) => l,
@@ -124,7 +129,8 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        app.workers.install(worker_handles);
+        let packed = app.config().sluice.worker_spread_percent > 0;
+        app.workers.install(worker_handles, worker_clocks, packed);
         tracing::info!(
             "Sluice {} started with {workers} worker threads",
             env!("CARGO_PKG_VERSION")

@@ -138,9 +138,38 @@ impl Drop for ClientGuard {
     }
 }
 
+/// Counts a pool client on the worker running its session (`Workers::enter`), while it runs there.
+struct WorkerSeat<'a> {
+    app: &'a App,
+    worker: usize,
+}
+
+impl<'a> WorkerSeat<'a> {
+    fn take(app: &'a App) -> Self {
+        WorkerSeat {
+            worker: app.workers.enter(),
+            app,
+        }
+    }
+}
+
+impl Drop for WorkerSeat<'_> {
+    fn drop(&mut self) {
+        self.app.workers.leave(self.worker);
+    }
+}
+
+/// What a client's task carries from worker to worker besides its session.
+struct Carried {
+    /// Held for their `Drop`: the client counts and its SHOW CLIENTS entry end with the client.
+    _guard: ClientGuard,
+    _registration: registry::Registration,
+    client: ClientConn,
+}
+
 /// Serve one accepted connection to completion.
 pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
-    let (_guard, count) = ClientGuard::new(&app);
+    let (guard, count) = ClientGuard::new(&app);
     let id = app.next_client_id();
     let registration = app.registry.register(id, peer.clone());
     if let Some(s) = stream.tcp() {
@@ -149,7 +178,53 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
         }
     }
     let mut client = ClientConn::new(id, stream, peer, app.control.gate().clone());
-    let reason = run(&app, &mut client, count, &registration.entry).await;
+    let outcome = run(&app, &mut client, count, &registration.entry).await;
+    let carried = Carried {
+        _guard: guard,
+        _registration: registration,
+        client,
+    };
+    conclude(app, carried, outcome).await;
+}
+
+/// After a session run: close the client, or carry its session over to another worker's task.
+async fn conclude(app: Arc<App>, mut carried: Carried, outcome: session::Outcome) {
+    match outcome {
+        session::Outcome::End(reason) => end(&app, &mut carried.client, reason).await,
+        session::Outcome::Move(to, s) => {
+            let workers = &app.workers;
+            workers.spawn_on(to, resume(app.clone(), carried, s));
+        }
+    }
+}
+
+/// The session of a client that moved here from another worker: its socket is registered with this
+/// worker's IO driver, then the session loop goes on where it stopped (between transactions).
+/// A boxed trait object so that a session may move again from inside it.
+fn resume(
+    app: Arc<App>,
+    mut carried: Carried,
+    s: Box<login::Session>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        if let Err(e) = carried.client.stream.move_to_current_worker() {
+            tracing::warn!(
+                "C-{}: {} cannot move to another worker: {e}",
+                carried.client.id,
+                carried.client.label()
+            );
+            return;
+        }
+        let outcome = {
+            let _seat = WorkerSeat::take(&app);
+            Box::pin(session::run(&app, &mut carried.client, s)).await
+        };
+        conclude(app, carried, outcome).await;
+    })
+}
+
+/// The end of a client: the FATAL it is owed, the disconnect log line, the socket shut down.
+async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
     let cfg = app.config();
     match &reason {
         EndReason::Error(n) => {
@@ -210,7 +285,7 @@ async fn run(
     client: &mut ClientConn,
     count: usize,
     entry: &Arc<registry::ClientEntry>,
-) -> EndReason {
+) -> session::Outcome {
     let cfg = app.config();
     let login_timeout = cfg.settings.client_login_timeout.as_duration();
     let accepted = tokio::time::Instant::now();
@@ -252,7 +327,7 @@ async fn run(
     let session = match login_timeout {
         Some(t) => match tokio::time::timeout(t, login).await {
             Ok(r) => r,
-            Err(_) => return EndReason::LoginTimeout,
+            Err(_) => return session::Outcome::End(EndReason::LoginTimeout),
         },
         None => login.await,
     };
@@ -266,14 +341,15 @@ async fn run(
             // future spares copying it while the task is created and polled. The session stays
             // in its own box: an async fn keeps a by-value argument twice in its state (as the
             // argument and as the local), which every idle client would pay for.
+            let _seat = WorkerSeat::take(app);
             Box::pin(session::run(app, client, s)).await
         }
-        Ok(LoggedIn::Admin(info, access)) => {
+        Ok(LoggedIn::Admin(info, access)) => session::Outcome::End(
             Box::pin(crate::admin::session::run(
                 app, client, &info, access, entry,
             ))
-            .await
-        }
-        Err(reason) => reason,
+            .await,
+        ),
+        Err(reason) => session::Outcome::End(reason),
     }
 }

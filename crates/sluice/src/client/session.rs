@@ -40,98 +40,125 @@ enum Idle {
     Bad(String),
 }
 
-pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -> EndReason {
+/// How a session run ends: the client is gone, or it is between transactions and should carry on
+/// on another worker (`workers::Workers::move_target`).
+pub enum Outcome {
+    End(EndReason),
+    Move(usize, Box<Session>),
+}
+
+pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -> Outcome {
     loop {
-        let settings = s.pool.settings();
-        let max_packet = settings.connect.max_packet_size;
-        let idle_limit = settings.client_idle_timeout;
-        s.entry.set_state(ClientState::Idle);
-        match wait_for_request(
-            client,
-            max_packet,
-            idle_limit,
-            &app.lifecycle,
-            &s.entry.kill,
-            &s.pool.stats,
-        )
-        .await
-        {
-            Idle::Request => {}
-            Idle::Terminate | Idle::Closed => return EndReason::ClientClosed,
-            Idle::Timeout => {
-                return EndReason::Error(ClientNotice::new(
-                    sqlstate::PROTOCOL_VIOLATION,
-                    "client_idle_timeout",
-                ))
+        // Between transactions (no server linked, nothing half-read): the one place a client may
+        // change worker. Not while SUSPEND or a shutdown phase holds: those count on clients
+        // staying where they are.
+        if let Some(to) = app.workers.move_target() {
+            if app.lifecycle.phase() == Phase::Running && !client.suspend.is_suspended() {
+                return Outcome::Move(to, s);
             }
-            Idle::Shutdown => return EndReason::Shutdown,
-            Idle::Bad(m) => {
-                return EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, m))
-            }
-            Idle::Killed => return killed(&s.entry.kill),
         }
-        if app.lifecycle.phase() == Phase::WaitForServers {
-            return EndReason::Shutdown;
-        }
-        s.entry.set_state(ClientState::Waiting);
-        // `biased`: no random branch order to draw per request; the kill switch goes first so a
-        // busy client cannot outrun a KILL.
-        let checkout = tokio::select! {
-            biased;
-            _ = s.entry.kill.cancelled() => return killed(&s.entry.kill),
-            r = s.pool.checkout() => r,
-        };
-        let mut server = match checkout {
-            Ok(server) => server,
-            Err(e) => return EndReason::Error(e.client_notice()),
-        };
-        s.entry.set_state(ClientState::Active);
-        s.entry.server_id.store(server.id, Ordering::Relaxed);
-        if let Err(e) = prepare_server(app, client.id, &mut s, &mut server, max_packet).await {
-            tracing::warn!(
-                "C-{}: {} invalid server parameter: {e}",
-                client.id,
-                client.label()
-            );
-            return EndReason::Error(ClientNotice::new(
-                sqlstate::PROTOCOL_VIOLATION,
-                format!("invalid server parameter: {e}"),
-            ));
-        }
-        s.cancel.slot.link(&server.addr, server.backend_key);
-        let end = loop {
-            let end = relay_once(app, client, &mut s, &mut server, &settings).await;
-            sync_pin_count(&mut s);
-            if !matches!(end, RelayEnd::PinCheck) {
-                break end;
-            }
-            // A pinned client may have released what pinned it: ask the server.
-            let mut notes = BytesMut::new();
-            let check = query::run_scalar(&mut server, PIN_CHECK_SQL, max_packet, &mut notes).await;
-            if !notes.is_empty() && client.stream.write_all(&notes).await.is_err() {
-                break RelayEnd::ClientGone { clean: false };
-            }
-            match check {
-                Ok(Some(n)) if n == "0" => {
-                    s.tracker.unpin();
-                    sync_pin_count(&mut s);
-                    break RelayEnd::Released;
-                }
-                Ok(_) => continue,
-                Err(e) => break RelayEnd::ServerGone(e.client_notice()),
-            }
-        };
-        s.cancel.slot.unlink();
-        s.entry.server_id.store(0, Ordering::Relaxed);
-        sync_pin_count(&mut s);
-        if s.tracker.take_touched() || s.tracker.has_tracked() {
-            server.gucs_owner = client.id;
-            server.gucs_dirty = true;
-        }
-        if let Some(reason) = finish(&s, server, end, &settings).await {
-            return reason;
+        if let Some(reason) = serve_request(app, client, &mut s).await {
+            return Outcome::End(reason);
         }
     }
+}
+
+/// Wait for the next request and serve it; Some(reason) when the session ends.
+async fn serve_request(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    s: &mut Session,
+) -> Option<EndReason> {
+    let settings = s.pool.settings();
+    let max_packet = settings.connect.max_packet_size;
+    let idle_limit = settings.client_idle_timeout;
+    s.entry.set_state(ClientState::Idle);
+    match wait_for_request(
+        client,
+        max_packet,
+        idle_limit,
+        &app.lifecycle,
+        &s.entry.kill,
+        &s.pool.stats,
+    )
+    .await
+    {
+        Idle::Request => {}
+        Idle::Terminate | Idle::Closed => return Some(EndReason::ClientClosed),
+        Idle::Timeout => {
+            return Some(EndReason::Error(ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                "client_idle_timeout",
+            )))
+        }
+        Idle::Shutdown => return Some(EndReason::Shutdown),
+        Idle::Bad(m) => {
+            return Some(EndReason::Error(ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                m,
+            )))
+        }
+        Idle::Killed => return Some(killed(&s.entry.kill)),
+    }
+    if app.lifecycle.phase() == Phase::WaitForServers {
+        return Some(EndReason::Shutdown);
+    }
+    s.entry.set_state(ClientState::Waiting);
+    // `biased`: no random branch order to draw per request; the kill switch goes first so a
+    // busy client cannot outrun a KILL.
+    let checkout = tokio::select! {
+        biased;
+        _ = s.entry.kill.cancelled() => return Some(killed(&s.entry.kill)),
+        r = s.pool.checkout() => r,
+    };
+    let mut server = match checkout {
+        Ok(server) => server,
+        Err(e) => return Some(EndReason::Error(e.client_notice())),
+    };
+    s.entry.set_state(ClientState::Active);
+    s.entry.server_id.store(server.id, Ordering::Relaxed);
+    if let Err(e) = prepare_server(app, client.id, s, &mut server, max_packet).await {
+        tracing::warn!(
+            "C-{}: {} invalid server parameter: {e}",
+            client.id,
+            client.label()
+        );
+        return Some(EndReason::Error(ClientNotice::new(
+            sqlstate::PROTOCOL_VIOLATION,
+            format!("invalid server parameter: {e}"),
+        )));
+    }
+    s.cancel.slot.link(&server.addr, server.backend_key);
+    let end = loop {
+        let end = relay_once(app, client, s, &mut server, &settings).await;
+        sync_pin_count(s);
+        if !matches!(end, RelayEnd::PinCheck) {
+            break end;
+        }
+        // A pinned client may have released what pinned it: ask the server.
+        let mut notes = BytesMut::new();
+        let check = query::run_scalar(&mut server, PIN_CHECK_SQL, max_packet, &mut notes).await;
+        if !notes.is_empty() && client.stream.write_all(&notes).await.is_err() {
+            break RelayEnd::ClientGone { clean: false };
+        }
+        match check {
+            Ok(Some(n)) if n == "0" => {
+                s.tracker.unpin();
+                sync_pin_count(s);
+                break RelayEnd::Released;
+            }
+            Ok(_) => continue,
+            Err(e) => break RelayEnd::ServerGone(e.client_notice()),
+        }
+    };
+    s.cancel.slot.unlink();
+    s.entry.server_id.store(0, Ordering::Relaxed);
+    sync_pin_count(s);
+    if s.tracker.take_touched() || s.tracker.has_tracked() {
+        server.gucs_owner = client.id;
+        server.gucs_dirty = true;
+    }
+    finish(s, server, end, &settings).await
 }
 
 /// Keep the pool's count of pinned clients in step with this client's tracker.

@@ -133,6 +133,7 @@ fn process(out: &mut Out, app: &App) {
         app.clients.load(Ordering::Relaxed) as f64,
     );
     auth(out, app);
+    workers(out, app);
     let (paused, suspended) = app.control.flags();
     out.family(
         "sluice_paused",
@@ -146,6 +147,57 @@ fn process(out: &mut Out, app: &App) {
         "1 while the pooler is suspended (SUSPEND).",
     );
     out.sample("sluice_suspended", &[], f64::from(u8::from(suspended)));
+}
+
+/// Worker packing (`workers::balance`): how many workers take clients, and each one's share.
+fn workers(out: &mut Out, app: &App) {
+    let w = &app.workers;
+    out.family(
+        "sluice_workers_active",
+        "gauge",
+        "Worker threads taking clients (the others hand theirs over; see worker_spread_percent).",
+    );
+    out.sample("sluice_workers_active", &[], w.active() as f64);
+    let slots: Vec<(String, &crate::workers::WorkerSlot)> = w
+        .slots()
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i.to_string(), s))
+        .collect();
+    out.gauge_rows(
+        "sluice_worker_clients",
+        "gauge",
+        "Pool clients whose session runs on the worker.",
+        &slots,
+        |(i, s)| {
+            (
+                vec![("worker", i.clone())],
+                s.clients.load(Ordering::Relaxed) as f64,
+            )
+        },
+    );
+    out.gauge_rows(
+        "sluice_worker_busy_ratio",
+        "gauge",
+        "CPU time of the worker's thread over the last second, as a share of one CPU.",
+        &slots,
+        |(i, s)| {
+            (
+                vec![("worker", i.clone())],
+                f64::from(s.busy_permille.load(Ordering::Relaxed)) / 1000.0,
+            )
+        },
+    );
+    out.family(
+        "sluice_worker_client_moves_total",
+        "counter",
+        "Clients moved to another worker between transactions.",
+    );
+    out.sample(
+        "sluice_worker_client_moves_total",
+        &[],
+        w.moves.load(Ordering::Relaxed) as f64,
+    );
 }
 
 fn auth(out: &mut Out, app: &App) {
