@@ -184,7 +184,9 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
         _registration: registration,
         client,
     };
-    conclude(app, carried, outcome).await;
+    // Boxed: the closing steps (a FATAL bounded in time, the shutdown) would otherwise size every
+    // idle client's task for them, although they run once, at the end.
+    Box::pin(conclude(app, carried, outcome)).await;
 }
 
 /// After a session run: close the client, or carry its session over to another worker's task.
@@ -219,7 +221,7 @@ fn resume(
             let _seat = WorkerSeat::take(&app);
             Box::pin(session::run(&app, &mut carried.client, s)).await
         };
-        conclude(app, carried, outcome).await;
+        Box::pin(conclude(app, carried, outcome)).await;
     })
 }
 
