@@ -3,6 +3,7 @@
 
 mod cluster;
 mod console;
+mod metrics;
 mod ports;
 mod raw;
 mod runners;
@@ -11,6 +12,7 @@ mod util;
 
 pub use cluster::PgCluster;
 pub use console::{Console, ConsoleResult};
+pub use metrics::{metrics, sample, workers_now};
 pub use ports::free_port;
 pub use raw::{error_fields, RawConn};
 pub use runners::{pgbench, psql_cmd};

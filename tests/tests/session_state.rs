@@ -245,7 +245,7 @@ async fn max_pinned_clients_limits_pins_and_metrics_count_them() {
         .await
         .expect_err("second pin refused");
     assert_eq!(err.as_db_error().unwrap().code().code(), "0A000");
-    assert!(metrics(port)
+    assert!(sluice_e2e::metrics(port)
         .await
         .contains("sluice_pool_pinned_clients{database=\"app\",user=\"trust_user\"} 1"));
     a.batch_execute("SELECT pg_advisory_unlock(616161)")
@@ -265,7 +265,7 @@ async fn max_pinned_clients_limits_pins_and_metrics_count_them() {
 
 async fn wait_unpinned(port: u16) -> bool {
     for _ in 0..40 {
-        if metrics(port)
+        if sluice_e2e::metrics(port)
             .await
             .contains("sluice_pool_pinned_clients{database=\"app\",user=\"trust_user\"} 0")
         {
@@ -274,19 +274,6 @@ async fn wait_unpinned(port: u16) -> bool {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     false
-}
-
-async fn metrics(port: u16) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
 }
 
 #[tokio::test]

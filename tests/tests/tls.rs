@@ -447,6 +447,58 @@ worker_spread_percent = 0
     assert!(seen.iter().all(|r| r.ends_with(" true")), "{seen:?}");
 }
 
+/// Worker packing moves TLS clients too: once one worker is enough, clients of the other move to it
+/// between transactions (their socket re-registered under rustls' state) and every query still
+/// gets its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_clients_move_between_workers_without_losing_a_reply() {
+    let mport = sluice_e2e::free_port();
+    let conf = |spread: u32| {
+        ini(
+            &format!(
+                "auth_type = trust\nclient_tls_sslmode = require\nserver_tls_sslmode = disable\n\
+                 pool_mode = transaction\n[sluice]\nworkers = 2\nworker_spread_percent = {spread}\n\
+                 metrics_listen_addr = 127.0.0.1:{mport}\n"
+            ),
+            DB_BY_IP,
+        )
+    };
+    let s = builder(&conf(0)).start();
+    let mut clients = Vec::new();
+    // Spread over both workers by the kernel's hash (all 12 on one: 1 in 2,048).
+    for _ in 0..12 {
+        let mut c = PgTls::connect(s.port, &Certs::get().ca.pem.cert, Negotiation::SslRequest)
+            .await
+            .unwrap();
+        c.startup("trust_user", "app").await.unwrap();
+        clients.push(c);
+    }
+    async fn all_answer(clients: &mut [PgTls], round: usize) {
+        for (i, c) in clients.iter_mut().enumerate() {
+            let want = (round * 100 + i).to_string();
+            let got = c.query(&format!("SELECT {want}")).await.unwrap();
+            assert_eq!(got.as_deref(), Some(want.as_str()));
+        }
+    }
+    all_answer(&mut clients, 0).await;
+    let (_, _, on_1, _) = sluice_e2e::workers_now(mport).await;
+    assert!(on_1 > 0.0, "no TLS client on worker 1");
+    s.rewrite_config(&conf(75));
+    s.signal(nix::sys::signal::Signal::SIGHUP);
+    let mut now = (0.0, 0.0, 0.0, 0.0);
+    for round in 1..100 {
+        all_answer(&mut clients, round).await;
+        now = sluice_e2e::workers_now(mport).await;
+        if now.0 == 1.0 && now.2 == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!((now.0, now.1, now.2), (1.0, 12.0, 0.0), "{}", s.log());
+    assert!(now.3 >= on_1, "moves: {now:?}");
+    all_answer(&mut clients, 200).await;
+}
+
 #[tokio::test]
 async fn plaintext_pipelined_after_sslrequest_is_rejected() {
     let s = builder(&ini(

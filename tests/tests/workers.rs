@@ -13,7 +13,7 @@ use std::time::Duration;
 use sluice_e2e::Sluice;
 
 use pooling_common::{connect, new_role, start, DATABASES};
-use sluice_e2e::free_port;
+use sluice_e2e::{free_port, workers_now};
 use tokio_postgres::Client;
 
 /// CPU time (ns) each thread of `pid` has used, keyed by thread name; the main thread is "main".
@@ -121,41 +121,6 @@ workers = 2",
     // The first one still serves.
     let c = connect(&first, &u).await;
     c.simple_query("SELECT 1").await.unwrap();
-}
-
-/// GET /metrics from the pooler's HTTP endpoint.
-async fn metrics(port: u16) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
-        .await
-        .expect("metrics in time")
-        .unwrap();
-    out
-}
-
-/// The value of one sample (`name{labels}` or `name`) in a metrics text.
-fn sample(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
-}
-
-/// (workers active, clients on worker 0, clients on worker 1, moves so far)
-async fn workers_now(mport: u16) -> (f64, f64, f64, f64) {
-    let m = metrics(mport).await;
-    (
-        sample(&m, "sluice_workers_active"),
-        sample(&m, "sluice_worker_clients{worker=\"0\"}"),
-        sample(&m, "sluice_worker_clients{worker=\"1\"}"),
-        sample(&m, "sluice_worker_client_moves_total"),
-    )
 }
 
 /// Every client runs one query and gets its own answer back.

@@ -7,8 +7,6 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use sluice_e2e::{error_fields, RawConn, Sluice};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -140,32 +138,4 @@ pub async fn sighup(s: &Sluice) {
     }
 }
 
-/// GET http://127.0.0.1:port/metrics body.
-pub async fn metrics(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("metrics port");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(IO_TIMEOUT, s.read_to_end(&mut buf))
-        .await
-        .expect("metrics answer in time")
-        .unwrap();
-    let text = String::from_utf8(buf).unwrap();
-    text.split_once("\r\n\r\n")
-        .expect("http head")
-        .1
-        .to_string()
-}
-
-/// The value of an unlabelled sample.
-pub fn sample(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no sample {name} in:\n{text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
+pub use sluice_e2e::{metrics, sample};

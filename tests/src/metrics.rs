@@ -1,0 +1,42 @@
+//! The pooler's HTTP endpoint (`[sluice] metrics_listen_addr`) as tests read it.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// GET /metrics on 127.0.0.1:`port`: the response body.
+pub async fn metrics(port: u16) -> String {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("metrics port");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
+        .await
+        .expect("metrics in time")
+        .unwrap();
+    out.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or(out)
+}
+
+/// The value of one sample (`name{labels}` or `name`) in a metrics text; panics when absent.
+pub fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
+}
+
+/// Worker packing as the metrics show it: (workers active, clients on worker 0, clients on
+/// worker 1, client moves so far).
+pub async fn workers_now(port: u16) -> (f64, f64, f64, f64) {
+    let m = metrics(port).await;
+    (
+        sample(&m, "sluice_workers_active"),
+        sample(&m, "sluice_worker_clients{worker=\"0\"}"),
+        sample(&m, "sluice_worker_clients{worker=\"1\"}"),
+        sample(&m, "sluice_worker_client_moves_total"),
+    )
+}
