@@ -35,9 +35,14 @@ impl ParamMap {
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
-        if let Some(i) = fixed_slot(name) {
-            return self.fixed[i].as_deref();
+        match fixed_slot(name) {
+            Some(i) => self.fixed[i].as_deref(),
+            None => self.get_listed(name),
         }
+    }
+
+    /// A name known not to be one of the fixed slots (`TrackedSet::extra`).
+    fn get_listed(&self, name: &str) -> Option<&str> {
         // Exact spelling first: a length check and a memcmp, far cheaper than folding case.
         self.entries
             .iter()
@@ -95,6 +100,8 @@ impl ParamMap {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrackedSet {
     names: Vec<String>,
+    /// The names beyond the fixed slots, worked out once: they are walked at every hand-out.
+    extra: Vec<String>,
 }
 
 impl TrackedSet {
@@ -105,7 +112,13 @@ impl TrackedSet {
                 names.push(e.clone());
             }
         }
-        TrackedSet { names }
+        let extra = names
+            .iter()
+            .skip(ALWAYS_TRACKED.len())
+            .filter(|n| fixed_slot(n).is_none())
+            .cloned()
+            .collect();
+        TrackedSet { names, extra }
     }
 
     /// The canonical spelling of a tracked name, if tracked.
@@ -122,34 +135,38 @@ impl TrackedSet {
 
     /// The names beyond `ALWAYS_TRACKED` (track_extra_parameters), which `new` puts last.
     pub fn extra(&self) -> impl Iterator<Item = &str> {
-        self.names()
-            .skip(ALWAYS_TRACKED.len())
-            .filter(|n| fixed_slot(n).is_none())
+        self.extra.iter().map(|s| s.as_str())
     }
 }
 
 /// Build one simple-query text of `SET k='v';...` for every tracked parameter the client has and the
 /// server differs on. None when the server already matches.
 pub fn set_statement(tracked: &TrackedSet, client: &ParamMap, server: &ParamMap) -> Option<String> {
+    // This runs at every hand-out; in the common case every value matches and nothing is built.
     let mut sql = String::new();
-    let fixed = ALWAYS_TRACKED
-        .iter()
-        .zip(client.fixed.iter().zip(&server.fixed))
-        .filter_map(|(name, (want, has))| Some((*name, want.as_deref()?, has.as_deref())));
-    let extra = tracked
-        .extra()
-        .filter_map(|name| Some((name, client.get(name)?, server.get(name))));
-    for (name, want, has) in fixed.chain(extra) {
-        if has == Some(want) {
-            continue;
+    for ((name, want), has) in ALWAYS_TRACKED.iter().zip(&client.fixed).zip(&server.fixed) {
+        if let Some(want) = want.as_deref() {
+            if has.as_deref() != Some(want) {
+                push_set(&mut sql, name, want);
+            }
         }
-        sql.push_str("SET ");
-        push_ident(&mut sql, name);
-        sql.push('=');
-        push_literal(&mut sql, want);
-        sql.push(';');
+    }
+    for name in &tracked.extra {
+        if let Some(want) = client.get_listed(name) {
+            if server.get_listed(name) != Some(want) {
+                push_set(&mut sql, name, want);
+            }
+        }
     }
     (!sql.is_empty()).then_some(sql)
+}
+
+fn push_set(sql: &mut String, name: &str, value: &str) {
+    sql.push_str("SET ");
+    push_ident(sql, name);
+    sql.push('=');
+    push_literal(sql, value);
+    sql.push(';');
 }
 
 fn push_ident(out: &mut String, name: &str) {

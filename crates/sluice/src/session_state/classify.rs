@@ -31,7 +31,16 @@ pub fn classify<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Statements<'_> {
 }
 
 pub fn classify_with<S: AsRef<[u8]> + ?Sized>(sql: &S, opts: LexOptions) -> Statements<'_> {
-    let src = sql.as_ref();
+    classify_from(sql.as_ref(), opts, false)
+}
+
+/// The full classification without the byte-scan shortcut, for tests that check the shortcut.
+#[cfg(test)]
+pub(crate) fn classify_exact(sql: &str) -> Statements<'_> {
+    classify_from(sql.as_bytes(), LexOptions::default(), true)
+}
+
+fn classify_from(src: &[u8], opts: LexOptions, skip_fast_path: bool) -> Statements<'_> {
     let lexer = Lexer::with_scs(src, opts.standard_conforming_strings);
     Statements {
         src,
@@ -39,7 +48,7 @@ pub fn classify_with<S: AsRef<[u8]> + ?Sized>(sql: &S, opts: LexOptions) -> Stat
         splitter: Splitter::new(lexer),
         index: 0,
         cur: None,
-        started: false,
+        started: skip_fast_path,
         done: false,
     }
 }
@@ -52,6 +61,11 @@ pub fn might_affect_session<S: AsRef<[u8]> + ?Sized>(sql: &S) -> bool {
 }
 
 pub fn might_affect_session_with<S: AsRef<[u8]> + ?Sized>(sql: &S, opts: LexOptions) -> bool {
+    let src = sql.as_ref();
+    // The common case straight away, without setting up the statement iterator.
+    if fast_plain(src, Lexer::with_scs(src, opts.standard_conforming_strings)).is_some() {
+        return false;
+    }
     classify_with(sql, opts).any(|s| s.kind.affects_session())
 }
 
@@ -163,23 +177,39 @@ const SPECIAL_HEADS: &[&str] = &[
     "release",
 ];
 
-/// `SPECIAL_HEADS.contains(word)` ignoring case, without comparing against each keyword.
-fn is_special_head(word: &[u8]) -> bool {
+/// What the first word of a statement says about the byte scan of `fast_plain`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// SELECT or WITH (whose `INTO TEMP` creates a table).
+    SelectLike,
+    /// One of `SPECIAL_HEADS`: the full classification reads it.
+    Special,
+    Other,
+}
+
+/// The first word, lower-cased once; SELECT is answered before the keyword list is searched.
+fn head_of(word: &[u8]) -> Head {
     let mut buf = [0u8; 16]; // longer than the longest head, "deallocate"
     if word.len() > buf.len() {
-        return false;
+        return Head::Other;
     }
     let lower = &mut buf[..word.len()];
     lower.copy_from_slice(word);
     lower.make_ascii_lowercase();
-    SPECIAL_HEADS.iter().any(|k| k.as_bytes() == &*lower)
+    if lower == b"select" || lower == b"with" {
+        Head::SelectLike
+    } else if SPECIAL_HEADS.iter().any(|k| k.as_bytes() == &*lower) {
+        Head::Special
+    } else {
+        Head::Other
+    }
 }
 
-/// Bytes at which `fast_plain` has to look closer: `;`, comment starts and the first letters of
-/// the words the call scan looks for.
+/// Bytes at which `fast_plain` has to look closer: `;`, comment starts, the underscore of the
+/// call names and the `i` of `INTO`.
 static FAST_SCAN_BYTES: [bool; 256] = {
     let mut t = [false; 256];
-    let interesting = b";-/aAsStT";
+    let interesting = b";-/_iI";
     let mut i = 0;
     while i < interesting.len() {
         t[interesting[i] as usize] = true;
@@ -189,35 +219,45 @@ static FAST_SCAN_BYTES: [bool; 256] = {
 };
 
 /// The common case without lexing: a single statement opening with an ordinary keyword and
-/// holding no semicolon, no comment and no word the call scan looks for. Returns its text.
+/// holding no semicolon, no comment and nothing the call scan could match. Returns its text.
+///
+/// This runs over every query text in transaction mode, so it stops only at the few bytes that
+/// can start something of interest: every name the call scan knows has an underscore followed
+/// by `advisory`, `try_advisory` or `config` (`pg_advisory_lock`, `pg_try_advisory_xact_lock`,
+/// `set_config`, ...), and `INTO TEMP` needs an `into`. (The letters of the names themselves
+/// would stop it in most table and column names.) Anything that might be one of them, even
+/// inside a string or a quoted name, sends the text to the full classification, which is exact.
+/// A table lookup per byte beats `memchr` on texts this short (its set-up per call dominates).
 fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
     let first = lexer.next()?;
-    if first.kind != TokenKind::Word || is_special_head(first.text) {
+    if first.kind != TokenKind::Word {
         return None;
     }
-    let select_like = first.is_kw("select") || first.is_kw("with");
+    let head = head_of(first.text);
+    if head == Head::Special {
+        return None;
+    }
+    let select_like = head == Head::SelectLike;
     let rest = &src[first.end()..];
+    let starts_with = |at: usize, needle: &[u8]| {
+        rest.get(at..at + needle.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(needle))
+    };
     for (i, &b) in rest.iter().enumerate() {
-        // This loop runs over every query text in transaction mode: one table lookup skips the
-        // bytes that cannot start anything of interest before the `match` below.
         if !FAST_SCAN_BYTES[b as usize] {
             continue;
         }
-        // Needles are lower case; most candidates fail on the second byte, checked first.
-        let at = |needle: &[u8]| {
-            rest.len() - i >= needle.len()
-                && rest[i + 1].to_ascii_lowercase() == needle[1]
-                && rest[i..i + needle.len()].eq_ignore_ascii_case(needle)
-        };
         let hit = match b {
             // A last `;` ends the only statement (or sits in something left open): no split.
             b';' => !rest[i + 1..].iter().all(|b| is_space(*b)),
             b'-' => rest.get(i + 1) == Some(&b'-'),
             b'/' => rest.get(i + 1) == Some(&b'*'),
-            b'a' | b'A' => at(b"advisory"),
-            b's' | b'S' => at(b"set_config"),
-            b't' | b'T' => select_like && at(b"temp"),
-            _ => false,
+            b'_' => {
+                starts_with(i + 1, b"advisory")
+                    || starts_with(i + 1, b"try_advisory")
+                    || starts_with(i + 1, b"config")
+            }
+            _ => select_like && starts_with(i, b"into"),
         };
         if hit {
             return None;

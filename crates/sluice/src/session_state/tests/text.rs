@@ -1,10 +1,58 @@
 //! Classification over whole texts: look-alikes, case, whitespace, multi-statement queries.
 
+use super::super::classify::classify_exact;
 use super::super::*;
 use super::*;
 use StatementKind as K;
 
 // ---- look-alikes in comments, strings and names ----
+
+/// The byte-scan shortcut may send a plain text to the full classification, never the reverse:
+/// whatever the full classification finds, `might_affect_session` reports.
+#[test]
+fn shortcut_agrees_with_the_full_classification() {
+    for sql in [
+        "SELECT abalance FROM pgbench_accounts WHERE aid = 42;",
+        "SELECT PG_ADVISORY_LOCK(1)",
+        "select Pg_Try_Advisory_Lock(1)",
+        "SELECT pg_catalog.pg_advisory_xact_lock(1)",
+        "SELECT \"pg_advisory_lock\"(1)",
+        "SELECT SET_CONFIG('a.b', 'c', false)",
+        "SELECT pg_catalog.set_config('a.b', 'c', false) FROM t",
+        "SELECT * INTO TEMP t FROM x",
+        "select * into temporary t from x",
+        "SELECT * INTO LOCAL TEMP t FROM x",
+        "WITH x AS (SELECT 1) SELECT * INTO TEMP t FROM x",
+        "SELECT * INTO t FROM x",
+        "SELECT 1 /* x */",
+        "SELECT 1 -- x",
+        "SELECT 1; LISTEN x",
+        "SELECT a_b, b_c, pg_x FROM t_config_x WHERE y = '_advisory'",
+        "UPDATE t SET x = 1 WHERE id IN (SELECT id INTO TEMP q FROM u)",
+        "SELECT 'it''s' FROM pgbench_tellers",
+    ] {
+        let exact = classify_exact(sql).any(|s| s.kind.affects_session());
+        assert!(
+            !exact || might_affect_session(sql),
+            "{sql}: the shortcut missed what the full classification finds"
+        );
+        assert_eq!(
+            classify(sql).any(|s| s.kind.affects_session()),
+            exact,
+            "{sql}"
+        );
+    }
+    for sql in [
+        "SELECT PG_ADVISORY_LOCK(1)",
+        "SELECT SET_CONFIG('a.b', 'c', false)",
+        "select * into temporary t from x",
+    ] {
+        assert!(might_affect_session(sql), "{sql}");
+    }
+    assert!(!might_affect_session(
+        "SELECT abalance FROM pgbench_accounts WHERE aid = 42;"
+    ));
+}
 
 #[test]
 fn look_alikes_are_not_statements() {
