@@ -35,6 +35,7 @@ pub enum Expect {
 }
 
 impl Expect {
+    #[inline]
     pub fn action(&self) -> Action {
         match self {
             Expect::Parse { action, .. } | Expect::Close { action } => *action,

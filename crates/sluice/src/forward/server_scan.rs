@@ -260,7 +260,18 @@ impl Relay<'_> {
 
     /// Emit synthesized replies that are due (queue front) once everything before them was written.
     /// Returns false when a due reply still waits for the output to drain.
+    ///
+    /// Inlined check first: this runs for every server message while rewriting, and the front of
+    /// the queue is almost never a synthesized reply.
+    #[inline]
     pub(super) fn drain_fakes(&mut self) -> bool {
+        match self.expect.front() {
+            Some(front) if front.action() == Action::Fake => self.emit_fakes(),
+            _ => true,
+        }
+    }
+
+    fn emit_fakes(&mut self) -> bool {
         while let Some(front) = self.expect.front() {
             if front.action() != Action::Fake {
                 return true;
