@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use parking_lot::Mutex;
 use rand::RngCore;
 use sluice_protocol::{encode_cancel_request, CancelKey};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 use crate::server::ServerAddr;
@@ -88,7 +88,13 @@ impl Drop for CancelHandle {
     }
 }
 
-/// Send a CancelRequest with the server's own key on a new connection, within `limit`.
+/// Send a CancelRequest with the server's own key on a new connection, and wait until the server
+/// closes it, within `limit`.
+///
+/// The wait matters: PostgreSQL closes the connection once it has signalled the backend (twice:
+/// the process and its group), and drivers (libpq's PQcancel, tokio-postgres) treat the close as
+/// "the cancel has landed". Closing the client's cancel connection before that would let a
+/// driver send its next query while a signal is still on its way, and that query gets cancelled.
 pub async fn forward(
     addr: ServerAddr,
     key: CancelKey,
@@ -99,14 +105,12 @@ pub async fn forward(
         encode_cancel_request(key, &mut pkt);
         match &addr {
             ServerAddr::Tcp { host, port } => {
-                let mut s = TcpStream::connect((host.as_str(), *port)).await?;
-                s.write_all(&pkt).await?;
-                s.shutdown().await
+                let s = TcpStream::connect((host.as_str(), *port)).await?;
+                send_and_wait_for_close(s, &pkt).await
             }
             ServerAddr::Unix { path } => {
-                let mut s = UnixStream::connect(path).await?;
-                s.write_all(&pkt).await?;
-                s.shutdown().await
+                let s = UnixStream::connect(path).await?;
+                send_and_wait_for_close(s, &pkt).await
             }
         }
     };
@@ -119,6 +123,17 @@ pub async fn forward(
         }),
         None => work.await,
     }
+}
+
+async fn send_and_wait_for_close<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    pkt: &[u8],
+) -> std::io::Result<()> {
+    s.write_all(pkt).await?;
+    // The server sends nothing back; whatever it might send is read and dropped until EOF.
+    let mut sink = [0u8; 64];
+    while s.read(&mut sink).await? > 0 {}
+    Ok(())
 }
 
 #[cfg(test)]

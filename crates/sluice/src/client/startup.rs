@@ -109,7 +109,7 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
                     .map_err(|_| EndReason::ClientClosed)?;
             }
             StartupPacket::Cancel(key) => {
-                handle_cancel(app, key);
+                handle_cancel(app, key).await;
                 return Ok(Startup::Done);
             }
             StartupPacket::Startup { minor, params } => {
@@ -130,17 +130,17 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
     }
 }
 
-fn handle_cancel(app: &Arc<App>, key: sluice_protocol::CancelKey) {
+/// Forward a CancelRequest; the client's connection closes once the server has closed the
+/// forwarded one (see `cancel::forward`), or at once for an unknown key.
+async fn handle_cancel(app: &Arc<App>, key: sluice_protocol::CancelKey) {
     let Some((addr, server_key)) = app.cancels.lookup(&key) else {
         tracing::debug!("cancel request with unknown key ignored");
         return;
     };
     let limit = app.config().settings.cancel_wait_timeout.as_duration();
-    tokio::spawn(async move {
-        if let Err(e) = cancel::forward((*addr).clone(), server_key, limit).await {
-            tracing::warn!("cancel request to {addr} failed: {e}");
-        }
-    });
+    if let Err(e) = cancel::forward((*addr).clone(), server_key, limit).await {
+        tracing::warn!("cancel request to {addr} failed: {e}");
+    }
 }
 
 async fn validate(
