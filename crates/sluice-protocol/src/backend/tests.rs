@@ -74,6 +74,12 @@ fn parameter_status_round_trip() {
     assert!(decode_parameter_status(b"a\0").is_err());
     assert!(decode_parameter_status(b"a\0b").is_err());
     assert!(decode_parameter_status(b"a\0b\0c").is_err());
+    // A NUL cannot be sent inside a C string: each part is cut there, and the length matches.
+    let mut out = BytesMut::new();
+    encode_parameter_status("app\0x", "v\0w", &mut out);
+    assert_eq!(&out[..], b"S\0\0\0\x0aapp\0v\0");
+    let (_, body) = split(&out);
+    assert_eq!(decode_parameter_status(body).unwrap(), ("app", "v"));
 }
 
 #[test]

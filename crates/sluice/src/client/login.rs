@@ -147,21 +147,9 @@ pub async fn login(
             .to_string();
         params.set("application_name", &format!("{base} - {}", client.peer));
     }
-    for (k, v) in welcome.iter() {
-        if let Some(name) = app.tracked.canonical(k) {
-            if params.get(name).is_none() {
-                params.set(name, v);
-            }
-        }
-    }
-    for (k, v) in welcome.iter() {
-        let value = params.get(k).unwrap_or(v);
-        encode_parameter_status(k, value, &mut client.wbuf);
-    }
-    for (k, v) in params.iter() {
-        if welcome.get(k).is_none() {
-            encode_parameter_status(k, v, &mut client.wbuf);
-        }
+    params.fill_tracked_from(&app.tracked, &welcome);
+    for (k, v) in params.greeting(&welcome) {
+        encode_parameter_status(k, v, &mut client.wbuf);
     }
     let cancel = app.cancels.register();
     encode_backend_key_data(cancel.key, &mut client.wbuf);

@@ -79,6 +79,50 @@ impl ParamMap {
         true
     }
 
+    /// Fill in the tracked parameters this (client) map lacks from a pool's welcome set, the
+    /// server's values: what the client is told at login and what its servers are aligned to.
+    pub fn fill_tracked_from(&mut self, tracked: &TrackedSet, welcome: &ParamMap) {
+        for (mine, theirs) in self.fixed.iter_mut().zip(&welcome.fixed) {
+            if mine.is_none() {
+                mine.clone_from(theirs);
+            }
+        }
+        for name in tracked.extra() {
+            if self.get_listed(name).is_none() {
+                if let Some(v) = welcome.get_listed(name) {
+                    self.entries.push((name.to_string(), v.to_string()));
+                }
+            }
+        }
+    }
+
+    /// The ParameterStatus list a client is greeted with: every welcome parameter, with this
+    /// (client) map's value where it has one, then the client's own parameters the welcome does
+    /// not have. Walks the fixed slots pairwise instead of looking each name up.
+    pub fn greeting<'a>(
+        &'a self,
+        welcome: &'a ParamMap,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        let fixed = ALWAYS_TRACKED
+            .iter()
+            .zip(self.fixed.iter().zip(&welcome.fixed))
+            .filter_map(|(name, (mine, theirs))| {
+                let v = mine.as_deref().or(theirs.as_deref())?;
+                Some((*name, v))
+            });
+        // Welcome-only entries keep their order; client values override.
+        let shared = welcome
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), self.get_listed(k).unwrap_or(v.as_str())));
+        let own = self
+            .entries
+            .iter()
+            .filter(|(k, _)| welcome.get_listed(k).is_none())
+            .map(|(k, v)| (k.as_str(), v.as_str()));
+        fixed.chain(shared).chain(own)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         ALWAYS_TRACKED
             .iter()
@@ -220,6 +264,43 @@ mod tests {
         server.set("application_name", "it's me");
         server.set("intervalstyle", "iso_8601");
         assert_eq!(set_statement(&tracked, &client, &server), None);
+    }
+
+    #[test]
+    fn welcome_fills_and_greets() {
+        let tracked = TrackedSet::new(&["IntervalStyle".to_string()]);
+        let mut welcome = ParamMap::new();
+        for (k, v) in [
+            ("server_version", "15.0"),
+            ("TimeZone", "UTC"),
+            ("client_encoding", "UTF8"),
+            ("IntervalStyle", "postgres"),
+            ("application_name", ""),
+        ] {
+            welcome.set(k, v);
+        }
+        let mut client = ParamMap::new();
+        client.set("application_name", "app");
+        client.set("intervalstyle", "iso_8601");
+        client.set("search_path", "x");
+        client.fill_tracked_from(&tracked, &welcome);
+        assert_eq!(client.get("TimeZone"), Some("UTC"));
+        assert_eq!(client.get("client_encoding"), Some("UTF8"));
+        assert_eq!(client.get("IntervalStyle"), Some("iso_8601"));
+        assert_eq!(client.get("server_version"), None, "not tracked");
+        let mut greeting: Vec<_> = client.greeting(&welcome).collect();
+        greeting.sort();
+        assert_eq!(
+            greeting,
+            vec![
+                ("IntervalStyle", "iso_8601"),
+                ("TimeZone", "UTC"),
+                ("application_name", "app"),
+                ("client_encoding", "UTF8"),
+                ("search_path", "x"),
+                ("server_version", "15.0"),
+            ]
+        );
     }
 
     #[test]
