@@ -4,9 +4,7 @@
 use std::sync::Arc;
 
 use sluice_config::AuthType;
-use sluice_protocol::{
-    encode_backend_key_data, encode_parameter_status, encode_ready_for_query, TransactionStatus,
-};
+use sluice_protocol::{encode_backend_key_data, encode_ready_for_query, TransactionStatus};
 
 use super::auth::{authenticate, AuthRequest};
 use super::registry::ClientEntry;
@@ -19,6 +17,7 @@ use crate::forward::RelayScratch;
 use crate::pool::{resolve, Pool, PoolKey};
 use crate::prepared::ClientStatements;
 use crate::server::params::ParamMap;
+use crate::server::welcome::Welcome;
 use crate::session_state::tracker::SessionTracker;
 use crate::stats::PoolStats;
 
@@ -133,9 +132,9 @@ pub async fn login(
                 .checkout()
                 .await
                 .map_err(|e| EndReason::Error(e.client_notice()))?;
-            let params = Arc::new(server.params.clone());
+            let welcome = Arc::new(Welcome::new(server.params.clone()));
             pool.release(server, true);
-            params
+            welcome
         }
     };
     let mut params = info.params;
@@ -147,10 +146,8 @@ pub async fn login(
             .to_string();
         params.set("application_name", &format!("{base} - {}", client.peer));
     }
-    params.fill_tracked_from(&app.tracked, &welcome);
-    for (k, v) in params.greeting(&welcome) {
-        encode_parameter_status(k, v, &mut client.wbuf);
-    }
+    params.fill_tracked_from(&app.tracked, &welcome.params);
+    welcome.encode_greeting(&app.tracked, &params, &mut client.wbuf);
     let cancel = app.cancels.register();
     encode_backend_key_data(cancel.key, &mut client.wbuf);
     encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);

@@ -27,7 +27,7 @@ use sluice_protocol::ScramKeys;
 use tokio::sync::oneshot;
 
 use crate::error::{ClientNotice, PoolError, ServerError};
-use crate::server::params::ParamMap;
+use crate::server::welcome::Welcome;
 use crate::server::{query, ServerConn};
 use crate::stats::PoolStats;
 use affinity::{pick_waiter, pop_most_recent_local};
@@ -127,7 +127,7 @@ pub struct Pool {
     connector: Arc<dyn Connector>,
     scram_keys: Mutex<Option<ScramKeys>>,
     /// ParameterStatus set of the first server that logged in: the pool's "welcome message".
-    welcome: Mutex<Option<Arc<ParamMap>>>,
+    welcome: Mutex<Option<Arc<Welcome>>>,
     pub stats: PoolStats,
     /// Live servers for SHOW SERVERS.
     pub servers_book: Arc<ServerBook>,
@@ -181,7 +181,7 @@ impl Pool {
         *self.scram_keys.lock() = Some(keys);
     }
 
-    pub fn welcome(&self) -> Option<Arc<ParamMap>> {
+    pub fn welcome(&self) -> Option<Arc<Welcome>> {
         self.welcome.lock().clone()
     }
 
@@ -704,7 +704,7 @@ impl Pool {
                 {
                     let mut w = self.welcome.lock();
                     if w.is_none() {
-                        *w = Some(Arc::new(conn.params.clone()));
+                        *w = Some(Arc::new(Welcome::new(conn.params.clone())));
                     }
                 }
                 {

@@ -5,6 +5,7 @@ pub mod login;
 pub mod params;
 pub mod query;
 pub mod target;
+pub mod welcome;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::time::Instant;

@@ -1,0 +1,110 @@
+//! A pool's welcome: the ParameterStatus set of its first server, which every client of the pool
+//! is greeted with (its own values in place of the tracked parameters it sent).
+//!
+//! Most of the greeting (server_version, server_encoding, integer_datetimes, ...) is the same for
+//! every client, so it is encoded once per welcome and copied; only the tracked parameters are
+//! encoded per login.
+
+use std::sync::OnceLock;
+
+use bytes::{Bytes, BytesMut};
+use sluice_protocol::encode_parameter_status;
+
+use super::params::{ParamMap, TrackedSet};
+
+#[derive(Debug)]
+pub struct Welcome {
+    pub params: ParamMap,
+    /// ParameterStatus messages of the untracked parameters, encoded at the first login (the
+    /// tracked set is fixed for the process's lifetime).
+    untracked: OnceLock<Bytes>,
+}
+
+impl Welcome {
+    pub fn new(params: ParamMap) -> Self {
+        Welcome {
+            params,
+            untracked: OnceLock::new(),
+        }
+    }
+
+    /// Append the greeting of a client whose tracked parameters, filled from this welcome
+    /// (`ParamMap::fill_tracked_from`), are `client`.
+    pub fn encode_greeting(&self, tracked: &TrackedSet, client: &ParamMap, out: &mut BytesMut) {
+        let untracked = self.untracked.get_or_init(|| {
+            let mut b = BytesMut::new();
+            for (k, v) in self.params.iter() {
+                if tracked.canonical(k).is_none() {
+                    encode_parameter_status(k, v, &mut b);
+                }
+            }
+            b.freeze()
+        });
+        out.extend_from_slice(untracked);
+        for (k, v) in client.tracked_greeting(tracked, &self.params) {
+            encode_parameter_status(k, v, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_protocol::decode_parameter_status;
+
+    fn decode_all(mut b: &[u8]) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while !b.is_empty() {
+            assert_eq!(b[0], b'S');
+            let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+            let (k, v) = decode_parameter_status(&b[5..1 + len]).unwrap();
+            out.push((k.to_string(), v.to_string()));
+            b = &b[1 + len..];
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn greeting_has_the_servers_values_and_the_clients_tracked_ones() {
+        let tracked = TrackedSet::new(&["intervalstyle".to_string()]);
+        let mut server = ParamMap::new();
+        for (k, v) in [
+            ("server_version", "15.0"),
+            ("TimeZone", "UTC"),
+            ("client_encoding", "UTF8"),
+            ("IntervalStyle", "postgres"),
+            ("application_name", ""),
+            ("integer_datetimes", "on"),
+        ] {
+            server.set(k, v);
+        }
+        let welcome = Welcome::new(server);
+        let mut client = ParamMap::new();
+        client.set("application_name", "app");
+        client.set("intervalstyle", "iso_8601");
+        // (A client's map holds tracked names only: startup packets and options are filtered.)
+        client.fill_tracked_from(&tracked, &welcome.params);
+        assert_eq!(client.get("TimeZone"), Some("UTC"));
+        assert_eq!(client.get("IntervalStyle"), Some("iso_8601"));
+        assert_eq!(client.get("server_version"), None, "not tracked");
+        let expected: Vec<(String, String)> = [
+            // The server's spelling of a tracked name: clients look names up case-sensitively.
+            ("IntervalStyle", "iso_8601"),
+            ("TimeZone", "UTC"),
+            ("application_name", "app"),
+            ("client_encoding", "UTF8"),
+            ("integer_datetimes", "on"),
+            ("server_version", "15.0"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        for _ in 0..2 {
+            // The second login copies the cached part.
+            let mut out = BytesMut::new();
+            welcome.encode_greeting(&tracked, &client, &mut out);
+            assert_eq!(decode_all(&out), expected);
+        }
+    }
+}
