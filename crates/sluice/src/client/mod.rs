@@ -291,7 +291,10 @@ async fn run(
     let cfg = app.config();
     let login_timeout = cfg.settings.client_login_timeout.as_duration();
     let accepted = tokio::time::Instant::now();
-    let login = async {
+    // Boxed: the login state machine (TLS handshake, SASL exchange: ~3 KiB) is freed once the
+    // client is in, instead of staying inside every idle client's task for its lifetime. Boxed
+    // where it is made, so that it is copied once (into the box), not again into the select below.
+    let login = Box::pin(async {
         let info = match startup::read_startup(app, client).await {
             Ok(startup::Startup::Login(info)) => {
                 if client.tls.is_tls {
@@ -316,16 +319,14 @@ async fn run(
         login::login(app, client, info, entry.clone())
             .await
             .map(|s| LoggedIn::Pool(Box::new(s)))
-    };
+    });
     // KILL_CLIENT, or SUSPEND running out of suspend_timeout, may end a client still logging in.
-    // Boxed: the login state machine (TLS handshake, SASL exchange) is several KiB and is freed
-    // once the client is in, instead of staying inside every idle client's task for its lifetime.
-    let login = Box::pin(async {
+    let login = async {
         tokio::select! {
             r = login => r,
             _ = entry.kill.cancelled() => Err(EndReason::Error(entry.kill.notice())),
         }
-    });
+    };
     let session = match login_timeout {
         Some(t) => match tokio::time::timeout(t, login).await {
             Ok(r) => r,
