@@ -12,6 +12,7 @@ use sluice_protocol::{encode_cancel_request, CancelKey};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
+use crate::keyed_hash::OwnKeys;
 use crate::server::ServerAddr;
 
 type Target = (Arc<ServerAddr>, CancelKey);
@@ -34,7 +35,7 @@ impl CancelSlot {
 
 #[derive(Debug, Default)]
 pub struct CancelRegistry {
-    clients: Mutex<HashMap<CancelKey, Arc<CancelSlot>>>,
+    clients: Mutex<HashMap<CancelKey, Arc<CancelSlot>, OwnKeys>>,
 }
 
 impl CancelRegistry {

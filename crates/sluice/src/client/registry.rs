@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use super::kill::KillSwitch;
 use parking_lot::Mutex;
 
+use crate::keyed_hash::OwnKeys;
 use crate::net::PeerAddr;
 
 /// PgBouncer's client states (SHOW CLIENTS `state`, SHOW POOLS cl_* columns).
@@ -98,7 +99,7 @@ fn unix_us(t: SystemTime) -> u64 {
 
 #[derive(Debug, Default)]
 pub struct ClientRegistry {
-    clients: Mutex<HashMap<u64, Arc<ClientEntry>>>,
+    clients: Mutex<HashMap<u64, Arc<ClientEntry>, OwnKeys>>,
 }
 
 impl ClientRegistry {
