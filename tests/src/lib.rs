@@ -12,7 +12,7 @@ mod util;
 
 pub use cluster::PgCluster;
 pub use console::{Console, ConsoleResult};
-pub use metrics::{metrics, sample, workers_now};
+pub use metrics::{http_get, metrics, sample, workers_now};
 pub use ports::free_port;
 pub use raw::{error_fields, RawConn};
 pub use runners::{pgbench, psql_cmd};

@@ -4,22 +4,27 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// GET /metrics on 127.0.0.1:`port`: the response body.
-pub async fn metrics(port: u16) -> String {
+/// GET http://127.0.0.1:`port``path` -> (status code, body).
+pub async fn http_get(port: u16, path: &str) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("metrics port");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut out = String::new();
     tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
         .await
-        .expect("metrics in time")
+        .expect("http answer in time")
         .unwrap();
-    out.split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or(out)
+    let (head, body) = out.split_once("\r\n\r\n").expect("http head");
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+/// GET /metrics on 127.0.0.1:`port`: the response body.
+pub async fn metrics(port: u16) -> String {
+    http_get(port, "/metrics").await.1
 }
 
 /// The value of one sample (`name{labels}` or `name`) in a metrics text; panics when absent.

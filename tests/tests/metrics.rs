@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_e2e::{free_port, Console, PgCluster, Sluice};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use sluice_e2e::{free_port, http_get as get, sample, Console, PgCluster, Sluice};
 use tokio::net::TcpStream;
 
 const USERLIST: &str = "\"admin\" \"adminpw\"\n\"app\" \"apppw\"\n";
@@ -29,37 +28,6 @@ fn start() -> (Sluice, u16) {
         ),
     ) + &format!("\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{mport}\n");
     (Sluice::builder(&ini).userlist(USERLIST).start(), mport)
-}
-
-/// GET http://127.0.0.1:port/path -> (status code, body).
-async fn get(port: u16, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port))
-        .await
-        .expect("metrics port");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
-        .await
-        .expect("http answer in time")
-        .unwrap();
-    let text = String::from_utf8(buf).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("http head");
-    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, body.to_string())
-}
-
-/// The value of the sample line starting with `prefix` (name + labels).
-fn sample(text: &str, prefix: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(prefix) && l[prefix.len()..].starts_with(' '))
-        .unwrap_or_else(|| panic!("no sample {prefix}"))
-        .rsplit(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 fn target_dir() -> PathBuf {
