@@ -6,7 +6,7 @@ mod rows;
 
 use bytes::{BufMut, BytesMut};
 
-use crate::encode::{len_i32, len_u32, message, put_cstr, Frame};
+use crate::encode::{cstr_bytes, len_i32, len_u32, message, put_cstr, Frame};
 use crate::error::ProtocolError;
 use crate::reader::Reader;
 use crate::startup::CancelKey;
@@ -199,8 +199,8 @@ pub fn encode_auth_sasl_final(data: &[u8], out: &mut BytesMut) {
 pub fn encode_parameter_status(name: &str, value: &str, out: &mut BytesMut) {
     // A dozen of these greet every client: one reservation and two copies each, with the length
     // known up front (a NUL cannot travel inside a C string: each part is cut at its first).
-    let name = cstr_part(name);
-    let value = cstr_part(value);
+    let name = cstr_bytes(name);
+    let value = cstr_bytes(value);
     let len = 4 + name.len() + 1 + value.len() + 1;
     out.reserve(1 + len);
     out.put_u8(backend_tag::PARAMETER_STATUS);
@@ -209,15 +209,6 @@ pub fn encode_parameter_status(name: &str, value: &str, out: &mut BytesMut) {
     out.put_u8(0);
     out.extend_from_slice(value);
     out.put_u8(0);
-}
-
-/// The bytes of `s` up to its first NUL, as `put_cstr` writes them.
-fn cstr_part(s: &str) -> &[u8] {
-    let b = s.as_bytes();
-    match b.iter().position(|&c| c == 0) {
-        Some(end) => &b[..end],
-        None => b,
-    }
 }
 
 pub fn encode_backend_key_data(key: CancelKey, out: &mut BytesMut) {

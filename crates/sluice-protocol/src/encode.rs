@@ -40,10 +40,17 @@ pub(crate) fn message(tag: u8, body: &[u8], out: &mut BytesMut) {
 /// Writes `s` as a C string. A string cannot carry a NUL on the wire, so it is cut at the
 /// first NUL rather than producing a message the peer would misparse.
 pub(crate) fn put_cstr(out: &mut BytesMut, s: &str) {
-    let b = s.as_bytes();
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    out.put_slice(b.get(..end).unwrap_or_default());
+    out.put_slice(cstr_bytes(s));
     out.put_u8(0);
+}
+
+/// The bytes `put_cstr` writes before the terminator: `s` up to its first NUL.
+pub(crate) fn cstr_bytes(s: &str) -> &[u8] {
+    let b = s.as_bytes();
+    match b.iter().position(|&c| c == 0) {
+        Some(end) => &b[..end],
+        None => b,
+    }
 }
 
 /// Length conversions never panic: absurd sizes saturate (and the peer rejects the message).

@@ -43,6 +43,11 @@ impl ParamMap {
 
     /// A name known not to be one of the fixed slots (`TrackedSet::extra`).
     fn get_listed(&self, name: &str) -> Option<&str> {
+        self.listed_entry(name).map(|(_, v)| v)
+    }
+
+    /// The listed entry for `name` (any case), with its own spelling.
+    fn listed_entry(&self, name: &str) -> Option<(&str, &str)> {
         // Exact spelling first: a length check and a memcmp, far cheaper than folding case.
         self.entries
             .iter()
@@ -52,7 +57,7 @@ impl ParamMap {
                     .iter()
                     .find(|(k, _)| k.eq_ignore_ascii_case(name))
             })
-            .map(|(_, v)| v.as_str())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     /// Set a value; returns true when it changed.
@@ -118,13 +123,6 @@ impl ParamMap {
             Some((name, v))
         });
         fixed.chain(extra)
-    }
-
-    fn listed_entry(&self, name: &str) -> Option<(&str, &str)> {
-        self.entries
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
