@@ -126,6 +126,6 @@ declare_settings! {
         metrics_listen_addr: Option<String> = "", fixed, supported, "host:port of the HTTP listener serving Prometheus /metrics and /health (e.g. 127.0.0.1:9127); empty = off.";
         pin_session_state: bool = "1", reloadable, supported, "Transaction/statement mode: session state (advisory locks, LISTEN, temp tables, WITH HOLD cursors, SQL PREPARE, LOAD) keeps the client on its server until it is gone (1), or the statement fails with SQLSTATE 0A000 (0).";
         worker_spread_percent: u32 = "75", reloadable, supported, "How busy a worker may get (percent of one CPU over a second) before clients spread to one more worker; while the load fits on fewer workers, clients gather on them (fewer wake-ups per query, less CPU); 0 = always use every worker.";
-        workers: u32 = "0", fixed, supported, "Worker threads, each running its own event loop; clients are spread over them, pools and limits are shared; 0 = number of CPU cores.";
+        workers: u32 = "0", fixed, supported, "Worker threads, each running its own event loop; clients use as many of them as the load needs (worker_spread_percent), pools and limits are shared; 0 = number of CPU cores.";
     }
 }
