@@ -21,6 +21,7 @@ pub mod prepared;
 pub mod scram_cache;
 pub mod server;
 pub mod session_state;
+pub mod stamp;
 pub mod stats;
 pub mod suspend;
 pub mod tls;

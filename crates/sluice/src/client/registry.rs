@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use super::kill::KillSwitch;
 use parking_lot::Mutex;
 
 use crate::keyed_hash::OwnKeys;
 use crate::net::PeerAddr;
+use crate::stamp::Stamp;
 
 /// PgBouncer's client states (SHOW CLIENTS `state`, SHOW POOLS cl_* columns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +53,6 @@ impl ClientState {
 pub struct ClientEntry {
     pub id: u64,
     pub peer: PeerAddr,
-    pub connect_time: SystemTime,
     /// (database, user) once logged in.
     pub identity: OnceLock<(String, String)>,
     state: AtomicU8,
@@ -65,8 +65,8 @@ pub struct ClientEntry {
     pub application_name: OnceLock<String>,
     /// SHOW CLIENTS `tls` ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519"); unset for plaintext.
     pub tls: OnceLock<String>,
-    /// Unix time in µs of the latest request (when the client last left idle).
-    request_us: AtomicU64,
+    /// Connect time (its base) and the latest request (when the client last left idle).
+    request: Stamp,
 }
 
 impl ClientEntry {
@@ -75,26 +75,24 @@ impl ClientEntry {
     }
 
     pub fn set_state(&self, s: ClientState) {
-        let old = self.state.swap(s as u8, Ordering::Relaxed);
-        if s == ClientState::Waiting && old != s as u8 {
-            self.request_us
-                .store(unix_us(SystemTime::now()), Ordering::Relaxed);
-        }
+        self.state.store(s as u8, Ordering::Relaxed);
+    }
+
+    /// A request arrived at `at` (the session's one clock reading for it): the client waits for
+    /// a server.
+    pub fn request_arrived(&self, at: Instant) {
+        self.set_state(ClientState::Waiting);
+        self.request.set(at);
+    }
+
+    pub fn connect_time(&self) -> SystemTime {
+        self.request.base_wall()
     }
 
     /// Time of the latest request (connect time before the first one).
     pub fn request_time(&self) -> SystemTime {
-        match self.request_us.load(Ordering::Relaxed) {
-            0 => self.connect_time,
-            us => SystemTime::UNIX_EPOCH + Duration::from_micros(us),
-        }
+        self.request.wall()
     }
-}
-
-fn unix_us(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
 }
 
 #[derive(Debug, Default)]
@@ -107,7 +105,6 @@ impl ClientRegistry {
         let entry = Arc::new(ClientEntry {
             id,
             peer,
-            connect_time: SystemTime::now(),
             identity: OnceLock::new(),
             state: AtomicU8::new(ClientState::Login as u8),
             server_id: AtomicU64::new(0),
@@ -115,7 +112,7 @@ impl ClientRegistry {
             local_addr: OnceLock::new(),
             application_name: OnceLock::new(),
             tls: OnceLock::new(),
-            request_us: AtomicU64::new(0),
+            request: Stamp::now(),
         });
         self.clients.lock().insert(id, entry.clone());
         Registration {

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
+use tokio::time::Instant;
 
 use super::kill::KillSwitch;
 use bytes::BytesMut;
@@ -103,13 +104,15 @@ async fn serve_request(
     if app.lifecycle.phase() == Phase::WaitForServers {
         return Some(EndReason::Shutdown);
     }
-    s.entry.set_state(ClientState::Waiting);
+    // The request's one clock reading: its wait, the hand-out and the relay's start share it.
+    let arrived = Instant::now();
+    s.entry.request_arrived(arrived.into_std());
     // `biased`: no random branch order to draw per request; the kill switch goes first so a
     // busy client cannot outrun a KILL.
     let checkout = tokio::select! {
         biased;
         _ = s.entry.kill.cancelled() => return Some(killed(&s.entry.kill)),
-        r = s.pool.checkout() => r,
+        r = s.pool.checkout_at(arrived) => r,
     };
     let mut server = match checkout {
         Ok(server) => server,
@@ -129,13 +132,16 @@ async fn serve_request(
         )));
     }
     s.cancel.slot.link(&server.addr, server.backend_key);
+    let mut relay_from = arrived;
     let end = loop {
-        let end = relay_once(app, client, s, &mut server, &settings).await;
+        let end = relay_once(app, client, s, &mut server, &settings, relay_from).await;
         sync_pin_count(s);
         if !matches!(end, RelayEnd::PinCheck) {
             break end;
         }
-        // A pinned client may have released what pinned it: ask the server.
+        // A pinned client may have released what pinned it: ask the server. (The relay's last
+        // clock reading is then too old for the release.)
+        s.relay_scratch.take_last_clock();
         let mut notes = BytesMut::new();
         let check = query::run_scalar(&mut server, PIN_CHECK_SQL, max_packet, &mut notes).await;
         if !notes.is_empty() && client.stream.write_all(&notes).await.is_err() {
@@ -147,10 +153,14 @@ async fn serve_request(
                 sync_pin_count(s);
                 break RelayEnd::Released;
             }
-            Ok(_) => continue,
+            Ok(_) => {
+                relay_from = Instant::now();
+                continue;
+            }
             Err(e) => break RelayEnd::ServerGone(e.client_notice()),
         }
     };
+    let released_at = s.relay_scratch.take_last_clock();
     s.cancel.slot.unlink();
     s.entry.server_id.store(0, Ordering::Relaxed);
     sync_pin_count(s);
@@ -158,7 +168,7 @@ async fn serve_request(
         server.gucs_owner = client.id;
         server.gucs_dirty = true;
     }
-    finish(s, server, end, &settings).await
+    finish(s, server, end, &settings, released_at).await
 }
 
 /// Keep the pool's count of pinned clients in step with this client's tracker.
@@ -208,6 +218,7 @@ async fn relay_once(
     s: &mut Session,
     server: &mut PooledServer,
     settings: &PoolSettings,
+    arrived: Instant,
 ) -> RelayEnd {
     let timeouts = RelayTimeouts {
         query_timeout: settings.query_timeout,
@@ -243,6 +254,7 @@ async fn relay_once(
         settings.connect.max_packet_size,
         timeouts,
         &mut s.relay_scratch,
+        arrived,
     );
     // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
     tokio::select! {
@@ -258,6 +270,7 @@ async fn finish(
     server: PooledServer,
     end: RelayEnd,
     settings: &PoolSettings,
+    released_at: Option<Instant>,
 ) -> Option<EndReason> {
     // A client that leaves while pinned leaves state behind: clean it (or close after LOAD).
     let pinned = s.tracker.pinned();
@@ -275,7 +288,7 @@ async fn finish(
                 .reset_always
                 .then(|| settings.reset_query())
                 .flatten();
-            give_back(&s.pool, server, reset.as_slice()).await;
+            give_back(&s.pool, server, reset.as_slice(), released_at).await;
             None
         }
         RelayEnd::ClientGone { clean }
@@ -283,7 +296,7 @@ async fn finish(
             server_clean: clean,
             ..
         } if clean && pinned != Some(Feature::LoadModule) => {
-            give_back(&s.pool, server, &leave_reset).await;
+            give_back(&s.pool, server, &leave_reset, released_at).await;
             Some(match end {
                 RelayEnd::Fatal { notice, .. } => EndReason::Error(notice),
                 _ => EndReason::ClientClosed,
@@ -309,11 +322,14 @@ fn killed(kill: &KillSwitch) -> EndReason {
 }
 
 /// Return a clean server, after the reset queries when they apply (the pool counts it as
-/// sv_tested meanwhile); a failing reset closes it.
-async fn give_back(pool: &Arc<Pool>, server: PooledServer, reset: &[&str]) {
+/// sv_tested meanwhile); a failing reset closes it. `at`: the relay's last clock reading.
+async fn give_back(pool: &Arc<Pool>, server: PooledServer, reset: &[&str], at: Option<Instant>) {
     if reset.is_empty() {
         // The common case (transaction mode): straight back, no pooler query to await.
-        pool.release(server, true);
+        match at {
+            Some(at) => pool.release_at(server, true, at),
+            None => pool.release(server, true),
+        }
     } else {
         pool.reset_and_release(server, reset).await;
     }
@@ -328,7 +344,7 @@ async fn wait_for_request(
     kill: &KillSwitch,
     stats: &PoolStats,
 ) -> Idle {
-    let deadline = idle_limit.map(|d| tokio::time::Instant::now() + d);
+    let deadline = idle_limit.map(|d| Instant::now() + d);
     loop {
         match peek_header(&client.rbuf, max_packet) {
             Ok(Some(h)) if h.tag == frontend_tag::TERMINATE => return Idle::Terminate,

@@ -88,6 +88,15 @@ pub struct RelayScratch {
     c_inject: BytesMut,
     s_inject: BytesMut,
     expect: VecDeque<Expect>,
+    /// The relay's last clock reading (see `Relay::clock`), for the release that follows.
+    last_clock: Option<Instant>,
+}
+
+impl RelayScratch {
+    /// The time the last relay read when it ended (normally at the server's last ReadyForQuery).
+    pub fn take_last_clock(&mut self) -> Option<Instant> {
+        self.last_clock.take()
+    }
 }
 
 /// Per-direction scan position: `ready` bytes at the front of the buffer are inspected and may be
@@ -137,6 +146,10 @@ pub struct Relay<'a> {
     /// The server is in COPY IN and the client has not ended it yet: its Syncs are ignored.
     copy_in_open: bool,
     client_done: bool,
+    /// This wake-up's clock reading, taken at its first use and forgotten when the relay waits
+    /// again: query start, ReadyForQuery statistics, activity and the release that follows share
+    /// one read (a clock read is ~25 ns; a transaction had nine).
+    clock: Option<Instant>,
     query_started: Option<Instant>,
     xact_started: Option<Instant>,
     last_activity: Instant,
@@ -159,6 +172,7 @@ impl Drop for Relay<'_> {
         std::mem::swap(&mut self.scratch.c_inject, &mut self.c_inject);
         std::mem::swap(&mut self.scratch.s_inject, &mut self.s_inject);
         std::mem::swap(&mut self.scratch.expect, &mut self.expect);
+        self.scratch.last_clock = self.clock;
     }
 }
 
@@ -176,12 +190,12 @@ impl<'a> Relay<'a> {
         max_packet: usize,
         timeouts: RelayTimeouts,
         scratch: &'a mut RelayScratch,
+        now: Instant,
     ) -> Self {
         let (tracker, may_pin) = match tracking {
             Some((t, p)) => (Some(t), p),
             None => (None, true),
         };
-        let now = Instant::now();
         let status = server.status;
         Relay {
             client,
@@ -208,6 +222,7 @@ impl<'a> Relay<'a> {
             copy_done_in_window: false,
             copy_in_open: false,
             client_done: false,
+            clock: Some(now),
             query_started: None,
             xact_started: (status != TransactionStatus::Idle).then_some(now),
             last_activity: now,
@@ -231,7 +246,19 @@ impl<'a> Relay<'a> {
             return end;
         }
         self.drain_fakes();
-        poll_fn(|cx| self.poll_relay(cx)).await
+        poll_fn(|cx| {
+            let p = self.poll_relay(cx);
+            if p.is_pending() {
+                self.clock = None;
+            }
+            p
+        })
+        .await
+    }
+
+    /// The current wake-up's time (see `clock`).
+    fn now(&mut self) -> Instant {
+        *self.clock.get_or_insert_with(Instant::now)
     }
 
     /// Nothing owed by the server and nothing half-sent either way (nor a client message whose
@@ -338,7 +365,7 @@ impl<'a> Relay<'a> {
                     Poll::Ready(Ok(n)) => {
                         PoolStats::add(&self.stats.bytes_received, n as u64);
                         if self.track_activity {
-                            self.last_activity = Instant::now();
+                            self.last_activity = self.now();
                         }
                         if let Err(end) = self.scan_client() {
                             return Poll::Ready(end);
@@ -431,17 +458,16 @@ impl<'a> Relay<'a> {
     }
 
     fn mark_query_start(&mut self) {
-        let now = Instant::now();
-        if self.query_started.is_none() {
-            self.query_started = Some(now);
+        if self.query_started.is_some() && self.xact_started.is_some() {
+            return;
         }
-        if self.xact_started.is_none() {
-            self.xact_started = Some(now);
-        }
+        let now = self.now();
+        self.query_started.get_or_insert(now);
+        self.xact_started.get_or_insert(now);
     }
 
     fn ready_for_query(&mut self, status: TransactionStatus) -> Result<(), RelayEnd> {
-        let now = Instant::now();
+        let now = self.now();
         self.server.status = status;
         self.pending_rfq = self.pending_rfq.saturating_sub(1);
         self.last_activity = now;

@@ -309,9 +309,16 @@ impl Pool {
     /// Get a server: an idle one if any (checked with server_check_query when it idled too long), else
     /// wait in line while the pool opens one, up to query_wait_timeout.
     pub async fn checkout(self: &Arc<Self>) -> Result<PooledServer, PoolError> {
-        // One clock read serves the idle checks and, when a server is handed out at once, the wait
-        // (none); the clock is read again only after an actual wait or server check.
-        let started = Instant::now();
+        self.checkout_at(Instant::now()).await
+    }
+
+    /// `checkout` for a request that arrived at `started` (the session's one clock reading for
+    /// it), which also serves the idle checks and, when a server is handed out at once, the wait
+    /// (none); the clock is read again only after an actual wait or server check.
+    pub async fn checkout_at(
+        self: &Arc<Self>,
+        started: Instant,
+    ) -> Result<PooledServer, PoolError> {
         let mut now = started;
         loop {
             let settings = self.settings();
@@ -364,7 +371,7 @@ impl Pool {
         if !st.paused {
             if let Some(conn) = self.take_idle(&mut st, settings, now) {
                 st.active += 1;
-                conn.set_book_state(ServerState::Active);
+                conn.set_book_state(ServerState::Active, now);
                 return Ok(Ticket::Idle(conn));
             }
             if let Some(f) = &st.failure {
@@ -452,7 +459,7 @@ impl Pool {
     pub async fn reset_and_release(self: &Arc<Self>, mut server: PooledServer, queries: &[&str]) {
         if !queries.is_empty() {
             let max = self.settings().connect.max_packet_size;
-            server.set_book_state(ServerState::Tested);
+            server.set_book_state(ServerState::Tested, Instant::now());
             self.state.lock().testing += 1;
             let mut result = Ok(());
             for q in queries {
@@ -465,7 +472,7 @@ impl Pool {
                 let mut st = self.state.lock();
                 st.testing = st.testing.saturating_sub(1);
             }
-            server.set_book_state(ServerState::Active);
+            server.set_book_state(ServerState::Active, Instant::now());
             if let Err(e) = result {
                 tracing::warn!(
                     "S-{}: {} server reset failed, closing: {e}",
@@ -488,7 +495,7 @@ impl Pool {
     ) -> Option<PooledServer> {
         if let Some(q) = &settings.check_query {
             if check {
-                server.set_book_state(ServerState::Tested);
+                server.set_book_state(ServerState::Tested, Instant::now());
                 self.state.lock().testing += 1;
                 let checked =
                     query::run_simple(&mut server, q, settings.connect.max_packet_size).await;
@@ -496,7 +503,7 @@ impl Pool {
                     let mut st = self.state.lock();
                     st.testing = st.testing.saturating_sub(1);
                 }
-                server.set_book_state(ServerState::Active);
+                server.set_book_state(ServerState::Active, Instant::now());
                 if let Err(e) = checked {
                     tracing::warn!(
                         "S-{}: {} server check failed, closing: {}",
@@ -512,12 +519,17 @@ impl Pool {
     }
 
     /// Return a server. `reusable` = the caller knows it is clean (idle, nothing pending).
-    pub fn release(self: &Arc<Self>, mut server: PooledServer, reusable: bool) {
+    pub fn release(self: &Arc<Self>, server: PooledServer, reusable: bool) {
+        self.release_at(server, reusable, Instant::now());
+    }
+
+    /// `release` with the caller's clock reading (the session's, taken at the server's last
+    /// reply): no clock read of its own on the hot path.
+    pub fn release_at(self: &Arc<Self>, mut server: PooledServer, reusable: bool, now: Instant) {
         let Some(mut conn) = server.conn.take() else {
             return;
         };
         let settings = self.settings();
-        let now = Instant::now();
         conn.last_used = now;
         let keep = reusable
             && conn.is_clean()
@@ -539,7 +551,7 @@ impl Pool {
                     break;
                 };
                 st.active += 1;
-                conn.set_book_state(ServerState::Active);
+                conn.set_book_state(ServerState::Active, now);
                 match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
                     Ok(()) => return,
                     Err(back) => {
@@ -555,7 +567,7 @@ impl Pool {
                 }
             }
         }
-        conn.set_book_state(ServerState::Idle);
+        conn.set_book_state(ServerState::Idle, now);
         st.idle.push_back(conn);
     }
 
@@ -582,7 +594,8 @@ impl Pool {
     /// Hand idle servers to queued clients (after RESUME, or when a server went idle unseen).
     fn serve_waiters_locked(self: &Arc<Self>, st: &mut PoolState, settings: &PoolSettings) {
         while !st.paused && !st.waiters.is_empty() {
-            let Some(mut conn) = self.take_idle(st, settings, Instant::now()) else {
+            let now = Instant::now();
+            let Some(mut conn) = self.take_idle(st, settings, now) else {
                 return;
             };
             loop {
@@ -591,7 +604,7 @@ impl Pool {
                     return;
                 };
                 st.active += 1;
-                conn.set_book_state(ServerState::Active);
+                conn.set_book_state(ServerState::Active, now);
                 match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
                     Ok(()) => break,
                     Err(back) => {

@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use parking_lot::Mutex;
 
 use crate::server::ServerConn;
+use crate::stamp::Stamp;
 
 /// Where a server is, in PgBouncer's words (SHOW SERVERS `state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,21 +29,14 @@ pub struct ServerRecord {
     pub addr: String,
     pub peer_port: Option<u16>,
     pub local: Option<SocketAddr>,
-    pub connect_time: SystemTime,
     /// The backend's pid from BackendKeyData.
     pub remote_pid: u32,
     pub generation: u64,
     /// SHOW SERVERS `tls`: empty for plaintext.
     pub tls: String,
     state: AtomicU8,
-    /// Unix time in µs of the last hand-out or release.
-    last_request_us: AtomicU64,
-}
-
-fn unix_us(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
+    /// Connect time (its base) and the last hand-out or release.
+    request: Stamp,
 }
 
 impl ServerRecord {
@@ -54,15 +48,18 @@ impl ServerRecord {
         }
     }
 
-    pub fn set_state(&self, s: ServerState) {
+    /// A new state since `at` (the caller's clock reading: hand-outs and releases pass theirs).
+    pub fn set_state(&self, s: ServerState, at: Instant) {
         self.state.store(s as u8, Ordering::Relaxed);
-        self.last_request_us
-            .store(unix_us(SystemTime::now()), Ordering::Relaxed);
+        self.request.set(at);
+    }
+
+    pub fn connect_time(&self) -> SystemTime {
+        self.request.base_wall()
     }
 
     pub fn request_time(&self) -> SystemTime {
-        SystemTime::UNIX_EPOCH
-            + std::time::Duration::from_micros(self.last_request_us.load(Ordering::Relaxed))
+        self.request.wall()
     }
 }
 
@@ -79,7 +76,6 @@ impl ServerBook {
             Some(s) => (s.peer_addr().ok().map(|a| a.port()), s.local_addr().ok()),
             None => (None, None),
         };
-        let now = SystemTime::now();
         let rec = Arc::new(ServerRecord {
             id: conn.id,
             addr: match &*conn.addr {
@@ -94,7 +90,6 @@ impl ServerBook {
                 crate::server::ServerAddr::Unix { .. } => None,
             }),
             local,
-            connect_time: now,
             remote_pid: conn.backend_key.pid,
             generation: conn.generation,
             tls: conn
@@ -103,7 +98,7 @@ impl ServerBook {
                 .map(|t| t.description.clone())
                 .unwrap_or_default(),
             state: AtomicU8::new(ServerState::Active as u8),
-            last_request_us: AtomicU64::new(unix_us(now)),
+            request: Stamp::now(),
         });
         self.map.lock().insert(conn.id, rec.clone());
         ServerTracker {
@@ -122,7 +117,7 @@ impl ServerBook {
 
     pub fn set_state(&self, id: u64, s: ServerState) {
         if let Some(r) = self.map.lock().get(&id) {
-            r.set_state(s);
+            r.set_state(s, Instant::now());
         }
     }
 

@@ -77,10 +77,10 @@ impl ServerConn {
         }
     }
 
-    /// Update its SHOW SERVERS state (an atomic store on its record; no lock).
-    pub fn set_book_state(&self, state: crate::pool::servers::ServerState) {
+    /// Update its SHOW SERVERS state since `at` (atomic stores on its record; no lock).
+    pub fn set_book_state(&self, state: crate::pool::servers::ServerState, at: Instant) {
         if let Some(t) = self.slots.as_ref().and_then(|s| s.tracker.as_ref()) {
-            t.record().set_state(state);
+            t.record().set_state(state, at.into_std());
         }
     }
 
