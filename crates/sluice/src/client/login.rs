@@ -147,6 +147,7 @@ pub async fn login(
         params.set("application_name", &format!("{base} - {}", client.peer));
     }
     params.fill_tracked_from(&app.tracked, &welcome.params);
+    welcome.share(&mut params);
     welcome.encode_greeting(&app.tracked, &params, &mut client.wbuf);
     let cancel = app.cancels.register();
     encode_backend_key_data(cancel.key, &mut client.wbuf);

@@ -205,7 +205,7 @@ async fn prepare_server(
         server.gucs_dirty = s.tracker.has_tracked();
         server.gucs_owner = client_id;
     }
-    if let Some(sql) = set_statement(&app.tracked, &s.params, &server.params) {
+    if let Some(sql) = set_statement(&app.tracked, &s.params, &mut server.params) {
         query::run_simple(server, &sql, max_packet).await?;
     }
     Ok(())

@@ -86,9 +86,11 @@ impl Relay<'_> {
                 backend_tag::PARAMETER_STATUS => {
                     let body = &self.server.rbuf[start + 5..start + total];
                     if let Ok((k, v)) = decode_parameter_status(body) {
-                        self.server.params.set(k, v);
+                        // One copy for both maps: the next hand-out compares pointers.
+                        let v: std::sync::Arc<str> = v.into();
+                        self.server.params.set_shared(k, &v);
                         if let Some(name) = self.tracked.canonical(k) {
-                            self.client_params.set(name, v);
+                            self.client_params.set_shared(name, &v);
                         }
                     }
                 }

@@ -5,12 +5,18 @@
 //! every client, so it is encoded once per welcome and copied; only the tracked parameters are
 //! encoded per login.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
 use sluice_protocol::encode_parameter_status;
 
-use super::params::{ParamMap, TrackedSet};
+use super::params::{same_value, ParamMap, TrackedSet};
+
+/// At most this many client values (beyond the welcome's) are shared per pool: enough for the
+/// application names and settings of a pool's client programs, bounded when every client's
+/// value is its own (application_name_add_host).
+const MAX_SHARED_CLIENT_VALUES: usize = 64;
 
 #[derive(Debug)]
 pub struct Welcome {
@@ -18,6 +24,8 @@ pub struct Welcome {
     /// ParameterStatus messages of the untracked parameters, encoded at the first login (the
     /// tracked set is fixed for the process's lifetime).
     untracked: OnceLock<Bytes>,
+    /// Values clients sent that the welcome does not have, one shared copy each (`share`).
+    client_values: Mutex<Vec<Arc<str>>>,
 }
 
 impl Welcome {
@@ -25,7 +33,27 @@ impl Welcome {
         Welcome {
             params,
             untracked: OnceLock::new(),
+            client_values: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Make a client's values the pool's shared copies: the welcome's where equal, else one
+    /// kept here, so that matching servers to clients compares pointers (`set_statement`).
+    pub fn share(&self, client: &mut ParamMap) {
+        let mut kept = None;
+        client.share_values_with(|v| {
+            if let Some(w) = self.params.values().find(|w| same_value(w, v)) {
+                return Some(w.clone());
+            }
+            let kept = kept.get_or_insert_with(|| self.client_values.lock());
+            if let Some(k) = kept.iter().find(|k| same_value(k, v)) {
+                return Some(k.clone());
+            }
+            if kept.len() < MAX_SHARED_CLIENT_VALUES {
+                kept.push(v.clone());
+            }
+            None
+        });
     }
 
     /// Append the greeting of a client whose tracked parameters, filled from this welcome
