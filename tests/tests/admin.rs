@@ -444,6 +444,12 @@ async fn waiting_clients_and_maxwait_as_in_seed_000() {
         (num(&p, "app", "cl_waiting"), num(&p, "app", "maxwait_us")),
         (0, 0)
     );
+    // The two waiters queued ~0.7 s each: that is wait time; query time counts from when a
+    // server was linked (as PgBouncer's), so four fast queries add up to next to nothing.
+    let t = show(&mut c, "stats_totals").await;
+    let (wait, query) = (num(&t, "app", "wait_time"), num(&t, "app", "query_time"));
+    assert!(wait >= 1_000_000, "wait_time {wait} µs");
+    assert!(query < 300_000, "query_time {query} µs includes the wait");
 }
 
 #[tokio::test]

@@ -114,25 +114,30 @@ async fn serve_request(
         _ = s.entry.kill.cancelled() => return Some(killed(&s.entry.kill)),
         r = s.pool.checkout_at(arrived) => r,
     };
-    let mut server = match checkout {
-        Ok(server) => server,
+    let (mut server, handed_at) = match checkout {
+        Ok(handed) => handed,
         Err(e) => return Some(EndReason::Error(e.client_notice())),
     };
     s.entry.set_state(ClientState::Active);
     s.entry.server_id.store(server.id, Ordering::Relaxed);
-    if let Err(e) = prepare_server(app, client.id, s, &mut server, max_packet).await {
-        tracing::warn!(
-            "C-{}: {} invalid server parameter: {e}",
-            client.id,
-            client.label()
-        );
-        return Some(EndReason::Error(ClientNotice::new(
-            sqlstate::PROTOCOL_VIOLATION,
-            format!("invalid server parameter: {e}"),
-        )));
-    }
+    // The relay's first clock reading: when the server was linked (query and transaction times
+    // count from there, as PgBouncer's do: the wait is wait_time), after any SETs it needed.
+    let mut relay_from = match prepare_server(app, client.id, s, &mut server, max_packet).await {
+        Ok(false) => handed_at,
+        Ok(true) => Instant::now(),
+        Err(e) => {
+            tracing::warn!(
+                "C-{}: {} invalid server parameter: {e}",
+                client.id,
+                client.label()
+            );
+            return Some(EndReason::Error(ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!("invalid server parameter: {e}"),
+            )));
+        }
+    };
     s.cancel.slot.link(&server.addr, server.backend_key);
-    let mut relay_from = arrived;
     let end = loop {
         let end = relay_once(app, client, s, &mut server, &settings, relay_from).await;
         sync_pin_count(s);
@@ -181,14 +186,16 @@ fn sync_pin_count(s: &mut Session) {
 }
 
 /// Make a freshly linked server carry this client's session: undo another client's parameter
-/// changes, replay this client's, then align the tracked startup parameters.
+/// changes, replay this client's, then align the tracked startup parameters. Ok(true) when it
+/// ran a query for that.
 async fn prepare_server(
     app: &Arc<App>,
     client_id: u64,
     s: &mut Session,
     server: &mut PooledServer,
     max_packet: usize,
-) -> Result<(), ServerError> {
+) -> Result<bool, ServerError> {
+    let mut ran = false;
     let carries_mine = server.gucs_dirty && server.gucs_owner == client_id;
     if !carries_mine {
         let mut sql = String::new();
@@ -201,14 +208,16 @@ async fn prepare_server(
         }
         if !sql.is_empty() {
             query::run_simple(server, &sql, max_packet).await?;
+            ran = true;
         }
         server.gucs_dirty = s.tracker.has_tracked();
         server.gucs_owner = client_id;
     }
     if let Some(sql) = set_statement(&app.tracked, &s.params, &mut server.params) {
         query::run_simple(server, &sql, max_packet).await?;
+        ran = true;
     }
-    Ok(())
+    Ok(ran)
 }
 
 /// One relay run over the linked server, stopped early by KILL_CLIENT.
@@ -218,7 +227,7 @@ async fn relay_once(
     s: &mut Session,
     server: &mut PooledServer,
     settings: &PoolSettings,
-    arrived: Instant,
+    from: Instant,
 ) -> RelayEnd {
     let timeouts = RelayTimeouts {
         query_timeout: settings.query_timeout,
@@ -254,7 +263,7 @@ async fn relay_once(
         settings.connect.max_packet_size,
         timeouts,
         &mut s.relay_scratch,
-        arrived,
+        from,
     );
     // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
     tokio::select! {

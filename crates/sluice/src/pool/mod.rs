@@ -309,16 +309,17 @@ impl Pool {
     /// Get a server: an idle one if any (checked with server_check_query when it idled too long), else
     /// wait in line while the pool opens one, up to query_wait_timeout.
     pub async fn checkout(self: &Arc<Self>) -> Result<PooledServer, PoolError> {
-        self.checkout_at(Instant::now()).await
+        self.checkout_at(Instant::now()).await.map(|(s, _)| s)
     }
 
     /// `checkout` for a request that arrived at `started` (the session's one clock reading for
     /// it), which also serves the idle checks and, when a server is handed out at once, the wait
-    /// (none); the clock is read again only after an actual wait or server check.
+    /// (none); the clock is read again only after an actual wait or server check. Returns the
+    /// server and when it was handed over (`started` when at once).
     pub async fn checkout_at(
         self: &Arc<Self>,
         started: Instant,
-    ) -> Result<PooledServer, PoolError> {
+    ) -> Result<(PooledServer, Instant), PoolError> {
         let mut now = started;
         loop {
             let settings = self.settings();
@@ -346,13 +347,13 @@ impl Pool {
             let checked = settings.check_query.is_some()
                 && rules::needs_check(idle_for, settings.check_delay, true);
             if let Some(s) = self.prepare_for_use(server, &settings, checked).await {
-                let waited = if now == started && !checked {
-                    Duration::ZERO
+                let handed_at = if now == started && !checked {
+                    started
                 } else {
-                    started.elapsed()
+                    Instant::now()
                 };
-                self.note_assignment(waited);
-                return Ok(s);
+                self.note_assignment(handed_at - started);
+                return Ok((s, handed_at));
             }
             now = Instant::now();
         }
