@@ -104,7 +104,8 @@ async fn serve_request(
     if app.lifecycle.phase() == Phase::WaitForServers {
         return Some(EndReason::Shutdown);
     }
-    // The request's one clock reading: its wait, the hand-out and the relay's start share it.
+    // The request's one clock reading: its wait and the hand-out share it (and the relay's start
+    // when the server is handed over at once).
     let arrived = Instant::now();
     s.entry.request_arrived(arrived.into_std());
     // `biased`: no random branch order to draw per request; the kill switch goes first so a
