@@ -336,10 +336,7 @@ fn killed(kill: &KillSwitch) -> EndReason {
 async fn give_back(pool: &Arc<Pool>, server: PooledServer, reset: &[&str], at: Option<Instant>) {
     if reset.is_empty() {
         // The common case (transaction mode): straight back, no pooler query to await.
-        match at {
-            Some(at) => pool.release_at(server, true, at),
-            None => pool.release(server, true),
-        }
+        pool.release_at(server, true, at.unwrap_or_else(Instant::now));
     } else {
         pool.reset_and_release(server, reset).await;
     }

@@ -115,12 +115,6 @@ impl ServerBook {
         self.map.lock().values().cloned().collect()
     }
 
-    pub fn set_state(&self, id: u64, s: ServerState) {
-        if let Some(r) = self.map.lock().get(&id) {
-            r.set_state(s, Instant::now());
-        }
-    }
-
     pub fn max_id(&self) -> u64 {
         self.map.lock().keys().next_back().copied().unwrap_or(0)
     }

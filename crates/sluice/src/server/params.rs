@@ -41,6 +41,19 @@ pub fn same_value(a: &Arc<str>, b: &Arc<str>) -> bool {
     Arc::ptr_eq(a, b) || a == b
 }
 
+/// Whether a server's value `has` equals the client's `want`; when equal, `has` becomes the
+/// client's copy so that the next comparison is by pointer.
+fn matches_and_adopt(has: Option<&mut Arc<str>>, want: &Arc<str>) -> bool {
+    match has {
+        Some(h) if Arc::ptr_eq(h, want) => true,
+        Some(h) if **h == **want => {
+            *h = want.clone();
+            true
+        }
+        _ => false,
+    }
+}
+
 fn fixed_slot(name: &str) -> Option<usize> {
     SLOTS
         .iter()
@@ -95,7 +108,7 @@ impl ParamMap {
 
     /// The shared value of `name` (any case).
     #[cfg(test)]
-    fn value(&self, name: &str) -> Option<&Arc<str>> {
+    pub(crate) fn value(&self, name: &str) -> Option<&Arc<str>> {
         match fixed_slot(name) {
             Some(i) => self.fixed[i].as_ref(),
             None => self.listed_arc(name),
@@ -143,7 +156,7 @@ impl ParamMap {
         }
     }
 
-    /// The values this map holds (for `share_equal_values` and interning).
+    /// The values this map holds (`Welcome::share` looks for equal ones among them).
     pub fn values(&self) -> impl Iterator<Item = &Arc<str>> {
         self.fixed
             .iter()
@@ -279,18 +292,15 @@ pub fn set_statement(
         .zip(tracked.slots)
     {
         if let (true, Some(want)) = (on, want) {
-            match has {
-                Some(h) if Arc::ptr_eq(h, want) => {}
-                Some(h) if h == want => *h = want.clone(),
-                _ => push_set(&mut sql, name, want),
+            if !matches_and_adopt(has.as_mut(), want) {
+                push_set(&mut sql, name, want);
             }
         }
     }
     for name in &tracked.extra {
         if let Some(want) = client.listed_arc(name) {
-            match server.listed_value_mut(name) {
-                Some(h) if same_value(h, want) => *h = want.clone(),
-                _ => push_set(&mut sql, name, want),
+            if !matches_and_adopt(server.listed_value_mut(name), want) {
+                push_set(&mut sql, name, want);
             }
         }
     }

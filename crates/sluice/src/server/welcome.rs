@@ -3,7 +3,8 @@
 //!
 //! Most of the greeting (server_version, server_encoding, integer_datetimes, ...) is the same for
 //! every client, so it is encoded once per welcome and copied; only the tracked parameters are
-//! encoded per login.
+//! encoded per login. The welcome also holds the pool's shared copies of parameter values
+//! (`share`), which make matching a server to a client a pointer comparison.
 
 use std::sync::{Arc, OnceLock};
 
@@ -91,6 +92,34 @@ mod tests {
         }
         out.sort();
         out
+    }
+
+    #[test]
+    fn clients_share_the_welcomes_values_then_the_pools_kept_ones() {
+        let mut server = ParamMap::new();
+        server.set("TimeZone", "UTC");
+        let welcome = Welcome::new(server);
+        let login = |app: &str| {
+            let mut client = ParamMap::new();
+            client.set("timezone", "UTC");
+            client.set("application_name", app);
+            welcome.share(&mut client);
+            client
+        };
+        let (a, b) = (login("app"), login("app"));
+        let shared = |x: &ParamMap, y: &ParamMap, name: &str| {
+            Arc::ptr_eq(x.value(name).unwrap(), y.value(name).unwrap())
+        };
+        assert!(shared(&a, &welcome.params, "TimeZone"));
+        assert!(shared(&a, &b, "application_name"));
+        // Bounded: once the pool keeps MAX_SHARED_CLIENT_VALUES values, new ones stay the client's.
+        for i in 0..MAX_SHARED_CLIENT_VALUES {
+            login(&format!("app{i}"));
+        }
+        assert_eq!(welcome.client_values.lock().len(), MAX_SHARED_CLIENT_VALUES);
+        let (c, d) = (login("late"), login("late"));
+        assert!(!shared(&c, &d, "application_name"));
+        assert_eq!(c, d, "the same values all the same");
     }
 
     #[test]
