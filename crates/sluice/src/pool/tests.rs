@@ -15,6 +15,7 @@ use super::connector::{ConnectFuture, Connector};
 use super::counter::ConnCounter;
 use super::rules::{PoolLimits, ServerTimeouts};
 use super::*;
+use crate::error::ServerError;
 use crate::net::socket::TcpTuning;
 use crate::net::Stream;
 use crate::server::connect::ConnectOptions;

@@ -1,0 +1,163 @@
+//! Growing a pool: deciding under the state lock how many servers to open (the pure rules are in
+//! `rules.rs`), reserving their slots, and the connect tasks that log them in and hand them to the
+//! waiters (or record a failed login for server_login_retry).
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::counter::{LimitHit, ServerSlots};
+use super::rules::{self, Growth, PoolSnapshot};
+use super::{LoginFailure, Pool, PoolSettings, PoolState, PooledServer, Waiter};
+use crate::error::{ClientNotice, PoolError, ServerError};
+use crate::server::welcome::Welcome;
+
+impl Pool {
+    fn snapshot(&self, st: &PoolState, settings: &PoolSettings) -> PoolSnapshot {
+        let now = Instant::now();
+        PoolSnapshot {
+            total: self.servers.current(),
+            connecting: st.connecting,
+            waiters: st.waiters.len(),
+            oldest_wait: st
+                .waiters
+                .front()
+                .map(|w| now - w.since)
+                .unwrap_or_default(),
+            has_clients: st.clients > 0 || settings.forced_user,
+            retry_blocked: st
+                .failure
+                .as_ref()
+                .is_some_and(|f| f.at.elapsed() < settings.login_retry),
+            frozen: st.paused || st.removed,
+        }
+    }
+
+    /// Decide how many servers to open now and reserve their slots (under the state lock).
+    pub(super) fn plan_locked(
+        &self,
+        st: &mut PoolState,
+        settings: &PoolSettings,
+    ) -> Vec<ServerSlots> {
+        let mut out = Vec::new();
+        loop {
+            let snap = self.snapshot(st, settings);
+            let Growth::Open { from_reserve } = rules::plan_growth(&snap, &settings.limits) else {
+                break;
+            };
+            let cap = rules::capacity(&snap, &settings.limits);
+            let cap = if cap == usize::MAX { 0 } else { cap };
+            match ServerSlots::acquire(
+                &self.servers,
+                cap,
+                &self.db_servers,
+                settings.max_db_connections,
+                &self.user_servers,
+                settings.max_user_connections,
+            ) {
+                Ok(slots) => {
+                    st.limit_blocked = false;
+                    if from_reserve {
+                        tracing::info!("{}: taking connection from reserve_pool", self.key);
+                    }
+                    st.connecting += 1;
+                    out.push(slots);
+                }
+                Err(LimitHit::Pool) => break,
+                Err(hit) => {
+                    st.limit_blocked = true;
+                    tracing::debug!("{}: server limit reached ({hit:?}), client waits", self.key);
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    pub(super) fn spawn_connects(
+        self: &Arc<Self>,
+        slots: Vec<ServerSlots>,
+        settings: &Arc<PoolSettings>,
+    ) {
+        if slots.is_empty() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.state.lock().connecting -= slots.len();
+            return;
+        };
+        for s in slots {
+            let pool = self.clone();
+            let settings = settings.clone();
+            handle.spawn(async move { pool.open_server(s, settings).await });
+        }
+    }
+
+    async fn open_server(self: Arc<Self>, slots: ServerSlots, settings: Arc<PoolSettings>) {
+        let keys = self.scram_keys.lock().clone();
+        let started = Instant::now();
+        let result = self
+            .connector
+            .connect(settings.target.clone(), keys, settings.connect.clone())
+            .await;
+        match result {
+            Ok(conn) => {
+                let mut conn = Box::new(conn);
+                self.stats
+                    .connect_time
+                    .observe_us(started.elapsed().as_micros() as u64);
+                let mut slots = slots;
+                conn.generation = settings.generation;
+                slots.tracker = Some(self.servers_book.track(&conn));
+                conn.slots = Some(slots);
+                tracing::debug!(
+                    "S-{}: {} new connection to server {}",
+                    conn.id,
+                    self.key,
+                    conn.addr
+                );
+                {
+                    let mut w = self.welcome.lock();
+                    if w.is_none() {
+                        *w = Some(Arc::new(Welcome::new(conn.params.clone())));
+                    }
+                }
+                {
+                    let mut st = self.state.lock();
+                    st.connecting = st.connecting.saturating_sub(1);
+                    st.failure = None;
+                    st.active += 1;
+                }
+                // release() hands it to the first waiter or parks it idle.
+                self.release(PooledServer::new(conn, self.clone()), true);
+            }
+            Err(e) => {
+                drop(slots);
+                self.login_failed(e);
+            }
+        }
+    }
+
+    fn login_failed(self: &Arc<Self>, e: ServerError) {
+        tracing::warn!("{}: server login failed: {}", self.key, e);
+        let notice: Option<ClientNotice> = e.is_login_rejection().then(|| e.client_notice());
+        let waiters: Vec<Waiter> = {
+            let mut st = self.state.lock();
+            st.connecting = st.connecting.saturating_sub(1);
+            st.failure = Some(LoginFailure {
+                at: Instant::now(),
+                message: e.to_string(),
+            });
+            if notice.is_some() {
+                st.waiters.drain(..).collect()
+            } else {
+                Vec::new()
+            }
+        };
+        if let Some(n) = notice {
+            for w in waiters {
+                let _ = w.tx.send(Err(PoolError::Rejected(Box::new(n.clone()))));
+            }
+        }
+    }
+}
