@@ -49,6 +49,8 @@ pub enum Outcome {
 }
 
 pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -> Outcome {
+    // Kept across requests; a reload is seen at the next request (`refresh_settings`).
+    let mut settings = s.pool.settings_snapshot();
     loop {
         // Between transactions (no server linked, nothing half-read): the one place a client may
         // change worker. Not while SUSPEND or a shutdown phase holds: those count on clients
@@ -58,7 +60,8 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
                 return Outcome::Move(to, s);
             }
         }
-        if let Some(reason) = serve_request(app, client, &mut s).await {
+        s.pool.refresh_settings(&mut settings);
+        if let Some(reason) = serve_request(app, client, &mut s, &settings).await {
             return Outcome::End(reason);
         }
     }
@@ -69,8 +72,8 @@ async fn serve_request(
     app: &Arc<App>,
     client: &mut ClientConn,
     s: &mut Session,
+    settings: &Arc<PoolSettings>,
 ) -> Option<EndReason> {
-    let settings = s.pool.settings();
     let max_packet = settings.connect.max_packet_size;
     let idle_limit = settings.client_idle_timeout;
     s.entry.set_state(ClientState::Idle);
@@ -113,7 +116,7 @@ async fn serve_request(
     let checkout = tokio::select! {
         biased;
         _ = s.entry.kill.cancelled() => return Some(killed(&s.entry.kill)),
-        r = s.pool.checkout_at(arrived) => r,
+        r = s.pool.checkout_at(arrived, settings) => r,
     };
     let (mut server, handed_at) = match checkout {
         Ok(handed) => handed,
@@ -140,7 +143,7 @@ async fn serve_request(
     };
     s.cancel.slot.link(&server.addr, server.backend_key);
     let end = loop {
-        let end = relay_once(app, client, s, &mut server, &settings, relay_from).await;
+        let end = relay_once(app, client, s, &mut server, settings, relay_from).await;
         sync_pin_count(s);
         if !matches!(end, RelayEnd::PinCheck) {
             break end;
@@ -174,7 +177,7 @@ async fn serve_request(
         server.gucs_owner = client.id;
         server.gucs_dirty = true;
     }
-    finish(s, server, end, &settings, released_at).await
+    finish(s, server, end, settings, released_at).await
 }
 
 /// Keep the pool's count of pinned clients in step with this client's tracker.
@@ -237,17 +240,16 @@ async fn relay_once(
         client_idle_timeout: settings.client_idle_timeout,
     };
     let pooled = settings.mode != PoolMode::Session;
-    // One config snapshot per relay run (this runs once per transaction in transaction mode).
-    let cfg = app.config();
-    let max_prepared = cfg.settings.max_prepared_statements as usize;
+    let knobs = settings.session;
+    let max_prepared = knobs.max_prepared;
     let prepared = (pooled && max_prepared > 0).then(|| Prepared {
         registry: &app.statements,
         client: &mut s.statements,
         max_per_server: max_prepared,
     });
     // Session state may pin this client unless pinning is off or the pool's pins are used up.
-    let max_pinned = cfg.sluice.max_pinned_clients as usize;
-    let may_pin = cfg.sluice.pin_session_state
+    let max_pinned = knobs.max_pinned_clients;
+    let may_pin = knobs.pin_session_state
         && (s.tracker.pinned().is_some()
             || max_pinned == 0
             || s.pool.pinned_clients() < max_pinned);
@@ -298,7 +300,7 @@ async fn finish(
                 .reset_always
                 .then(|| settings.reset_query())
                 .flatten();
-            give_back(&s.pool, server, reset.as_slice(), released_at).await;
+            give_back(&s.pool, server, reset.as_slice(), released_at, settings).await;
             None
         }
         RelayEnd::ClientGone { clean }
@@ -306,7 +308,7 @@ async fn finish(
             server_clean: clean,
             ..
         } if clean && pinned != Some(Feature::LoadModule) => {
-            give_back(&s.pool, server, &leave_reset, released_at).await;
+            give_back(&s.pool, server, &leave_reset, released_at, settings).await;
             Some(match end {
                 RelayEnd::Fatal { notice, .. } => EndReason::Error(notice),
                 _ => EndReason::ClientClosed,
@@ -333,10 +335,16 @@ fn killed(kill: &KillSwitch) -> EndReason {
 
 /// Return a clean server, after the reset queries when they apply (the pool counts it as
 /// sv_tested meanwhile); a failing reset closes it. `at`: the relay's last clock reading.
-async fn give_back(pool: &Arc<Pool>, server: PooledServer, reset: &[&str], at: Option<Instant>) {
+async fn give_back(
+    pool: &Arc<Pool>,
+    server: PooledServer,
+    reset: &[&str],
+    at: Option<Instant>,
+    settings: &PoolSettings,
+) {
     if reset.is_empty() {
         // The common case (transaction mode): straight back, no pooler query to await.
-        pool.release_at(server, true, at.unwrap_or_else(Instant::now));
+        pool.release_at(server, true, at.unwrap_or_else(Instant::now), settings);
     } else {
         pool.reset_and_release(server, reset).await;
     }

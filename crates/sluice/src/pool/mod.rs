@@ -36,7 +36,7 @@ use connector::Connector;
 use counter::{ConnCounter, ServerSlots};
 pub use pooled::PooledServer;
 use servers::{ServerBook, ServerState};
-pub use settings::PoolSettings;
+pub use settings::{PoolSettings, SessionKnobs, SettingsSnapshot};
 
 /// Identity of a pool: the database name clients use and the user the pool logs in as.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -120,6 +120,8 @@ pub struct Pool {
     /// Clients whose session state pins them to their server (transaction/statement mode).
     pinned: std::sync::atomic::AtomicUsize,
     settings: ArcSwap<PoolSettings>,
+    /// Bumped after every `update_settings` store (`refresh_settings`).
+    settings_version: AtomicU64,
     state: Mutex<PoolState>,
     servers: Arc<ConnCounter>,
     db_servers: Arc<ConnCounter>,
@@ -147,6 +149,7 @@ impl Pool {
             key,
             pinned: std::sync::atomic::AtomicUsize::new(0),
             settings: ArcSwap::from_pointee(settings),
+            settings_version: AtomicU64::new(0),
             state: Mutex::new(PoolState::default()),
             servers: ConnCounter::new(),
             db_servers,
@@ -164,11 +167,34 @@ impl Pool {
         self.settings.load_full()
     }
 
+    /// The current settings, to be kept by the caller and passed to `refresh_settings`.
+    pub fn settings_snapshot(&self) -> SettingsSnapshot {
+        let version = self.settings_version.load(Ordering::Acquire);
+        SettingsSnapshot {
+            version,
+            current: self.settings.load_full(),
+        }
+    }
+
+    /// Bring `snap` up to date: one atomic load when no reload happened since it was taken.
+    pub fn refresh_settings(&self, snap: &mut SettingsSnapshot) {
+        // Acquire pairs with the Release bump after the store: a version seen here means its
+        // settings (or newer ones) are what the load below returns.
+        let version = self.settings_version.load(Ordering::Acquire);
+        if version != snap.version {
+            *snap = SettingsSnapshot {
+                version,
+                current: self.settings.load_full(),
+            };
+        }
+    }
+
     /// Install new settings (reload). Servers of an older generation close when next released.
     pub fn update_settings(self: &Arc<Self>, new: PoolSettings) {
         let old_generation = self.settings.load().generation;
         let changed = new.generation != old_generation;
         self.settings.store(Arc::new(new));
+        self.settings_version.fetch_add(1, Ordering::Release);
         if changed {
             *self.welcome.lock() = None;
             let stale: Vec<Box<ServerConn>> = self.state.lock().idle.drain(..).collect();
@@ -309,24 +335,27 @@ impl Pool {
     /// Get a server: an idle one if any (checked with server_check_query when it idled too long), else
     /// wait in line while the pool opens one, up to query_wait_timeout.
     pub async fn checkout(self: &Arc<Self>) -> Result<PooledServer, PoolError> {
-        self.checkout_at(Instant::now()).await.map(|(s, _)| s)
+        self.checkout_at(Instant::now(), &self.settings())
+            .await
+            .map(|(s, _)| s)
     }
 
     /// `checkout` for a request that arrived at `started` (the session's one clock reading for
     /// it), which also serves the idle checks and, when a server is handed out at once, the wait
     /// (none); the clock is read again only after an actual wait or server check. Returns the
-    /// server and when it was handed over (`started` when at once).
+    /// server and when it was handed over (`started` when at once). `settings`: the caller's
+    /// snapshot of this pool's (a reload during the wait applies from the next request).
     pub async fn checkout_at(
         self: &Arc<Self>,
         started: Instant,
+        settings: &Arc<PoolSettings>,
     ) -> Result<(PooledServer, Instant), PoolError> {
         let mut now = started;
         loop {
-            let settings = self.settings();
-            let mut server = match self.take_or_queue(&settings, now)? {
+            let mut server = match self.take_or_queue(settings, now)? {
                 Ticket::Idle(conn) => PooledServer::new(conn, self.clone()),
                 Ticket::Queued(id, rx, slots) => {
-                    self.spawn_connects(slots, &settings);
+                    self.spawn_connects(slots, settings);
                     let s = self.wait((id, rx), settings.query_wait_timeout).await?;
                     now = Instant::now();
                     s
@@ -346,7 +375,7 @@ impl Pool {
             let idle_for = now.saturating_duration_since(server.last_used);
             let checked = settings.check_query.is_some()
                 && rules::needs_check(idle_for, settings.check_delay, true);
-            if let Some(s) = self.prepare_for_use(server, &settings, checked).await {
+            if let Some(s) = self.prepare_for_use(server, settings, checked).await {
                 let handed_at = if now == started && !checked {
                     started
                 } else {
@@ -521,20 +550,25 @@ impl Pool {
 
     /// Return a server. `reusable` = the caller knows it is clean (idle, nothing pending).
     pub fn release(self: &Arc<Self>, server: PooledServer, reusable: bool) {
-        self.release_at(server, reusable, Instant::now());
+        self.release_at(server, reusable, Instant::now(), &self.settings());
     }
 
     /// `release` with the caller's clock reading (the session's, taken at the server's last
-    /// reply): no clock read of its own on the hot path.
-    pub fn release_at(self: &Arc<Self>, mut server: PooledServer, reusable: bool, now: Instant) {
+    /// reply) and settings snapshot: no clock read or settings load of its own on the hot path.
+    pub fn release_at(
+        self: &Arc<Self>,
+        mut server: PooledServer,
+        reusable: bool,
+        now: Instant,
+        settings: &PoolSettings,
+    ) {
         let Some(mut conn) = server.conn.take() else {
             return;
         };
-        let settings = self.settings();
         conn.last_used = now;
         let keep = reusable
             && conn.is_clean()
-            && !self.close_needed(conn.id, conn.generation, &settings)
+            && !self.close_needed(conn.id, conn.generation, settings)
             && rules::reusable_on_release(now - conn.created, &settings.timeouts);
         let mut st = self.state.lock();
         st.active = st.active.saturating_sub(1);

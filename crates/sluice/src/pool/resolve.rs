@@ -9,7 +9,7 @@ use sluice_config::{Config, DatabaseEntry, ServerCheckQuery};
 use sluice_protocol::StoredSecret;
 
 use super::rules::{PoolLimits, ServerTimeouts};
-use super::PoolSettings;
+use super::{PoolSettings, SessionKnobs};
 use crate::net::socket::TcpTuning;
 use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
@@ -177,5 +177,10 @@ pub fn pool_settings(
         generation,
         forced_user: db.user.is_some(),
         listed_secret: None,
+        session: SessionKnobs {
+            max_prepared: g.max_prepared_statements as usize,
+            pin_session_state: cfg.sluice.pin_session_state,
+            max_pinned_clients: cfg.sluice.max_pinned_clients as usize,
+        },
     }
 }

@@ -43,6 +43,34 @@ pub struct PoolSettings {
     /// better credential learned at client login (a verified cleartext password); reload keeps that
     /// credential unless the auth_file entry itself changed.
     pub listed_secret: Option<sluice_protocol::StoredSecret>,
+    /// The session-state knobs the relay needs per transaction, copied from the global config
+    /// so that a transaction reads one settings snapshot (reload replaces them with the rest).
+    pub session: SessionKnobs,
+}
+
+/// `max_prepared_statements` and `[sluice] pin_session_state` / `max_pinned_clients`.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionKnobs {
+    /// 0 = prepared statements are passed through unchanged.
+    pub max_prepared: usize,
+    pub pin_session_state: bool,
+    /// 0 = unlimited.
+    pub max_pinned_clients: usize,
+}
+
+/// A caller's snapshot of its pool's settings, refreshed only when a reload replaced them
+/// (`Pool::refresh_settings`): one atomic load per request instead of an `ArcSwap` load and a
+/// reference-count round trip on a line every client of the pool shares, at each use.
+pub struct SettingsSnapshot {
+    pub(super) version: u64,
+    pub(super) current: Arc<PoolSettings>,
+}
+
+impl std::ops::Deref for SettingsSnapshot {
+    type Target = Arc<PoolSettings>;
+    fn deref(&self) -> &Arc<PoolSettings> {
+        &self.current
+    }
 }
 
 impl PoolSettings {

@@ -98,6 +98,11 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
         )),
         generation: 1,
         forced_user: false,
+        session: super::SessionKnobs {
+            max_prepared: 0,
+            pin_session_state: true,
+            max_pinned_clients: 0,
+        },
         listed_secret: None,
     }
 }
