@@ -254,7 +254,7 @@ async fn relay_once(
             || max_pinned == 0
             || s.pool.pinned_clients() < max_pinned);
     let tracking = pooled.then_some((&mut s.tracker, may_pin));
-    let relay = Relay::new(
+    let mut relay = Relay::new(
         client,
         server,
         &mut s.params,

@@ -146,7 +146,7 @@ impl Relay<'_> {
         // The error must come after every reply still owed: wait until nothing is in flight.
         if start > 0
             || self.pending_rfq > 0
-            || !self.expect.is_empty()
+            || !self.scratch.expect.is_empty()
             || self.s.ready > 0
             || self.s.remaining > 0
         {
@@ -170,9 +170,9 @@ impl Relay<'_> {
                 "Use a session-mode pool for this client, or let session state pin clients: \
                  pin_session_state = 1 and max_pinned_clients in [sluice].",
             ),
-            &mut self.s_inject,
+            &mut self.scratch.s_inject,
         );
-        encode_ready_for_query(self.server.status, &mut self.s_inject);
+        encode_ready_for_query(self.server.status, &mut self.scratch.s_inject);
         Ok(Step::Consumed)
     }
 
@@ -244,7 +244,7 @@ impl Relay<'_> {
         } else if self.discard_until_sync && e.is_extended() {
             return;
         }
-        self.expect.push_back(e);
+        self.scratch.expect.push_back(e);
     }
 
     /// Parse/Bind/Describe/Close while rewriting prepared statements.
@@ -344,7 +344,7 @@ impl Relay<'_> {
                 }
                 let stmt = self.client_statement(&name)?;
                 self.ensure_prepared(&stmt);
-                encode_describe(b'S', &stmt.server_name, &mut self.c_inject);
+                encode_describe(b'S', &stmt.server_name, &mut self.scratch.c_inject);
                 self.push(Expect::Describe);
                 Ok(Step::Consumed)
             }
@@ -393,7 +393,7 @@ impl Relay<'_> {
         self.ensure_prepared(&stmt);
         let head_len = 5 + stmt_end + 1;
         let new_len = total - 1 - name.len() + stmt.server_name.len();
-        let out = &mut self.c_inject;
+        let out = &mut self.scratch.c_inject;
         out.put_u8(frontend_tag::BIND);
         out.put_u32(new_len as u32);
         out.put_slice(&portal);
@@ -435,12 +435,12 @@ impl Relay<'_> {
         }
         let max = self.prepared.as_ref().map_or(1, |p| p.max_per_server);
         for old in self.server.prepared.insert(stmt.clone(), max) {
-            encode_close(b'S', &old.server_name, &mut self.c_inject);
+            encode_close(b'S', &old.server_name, &mut self.scratch.c_inject);
             self.push(Expect::Close {
                 action: Action::Skip,
             });
         }
-        self.c_inject.extend_from_slice(&stmt.parse_message);
+        self.scratch.c_inject.extend_from_slice(&stmt.parse_message);
         PoolStats::add(&self.stats.server_parse_count, 1);
         let action = if client_name.is_some() {
             Action::Forward

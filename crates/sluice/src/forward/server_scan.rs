@@ -129,7 +129,7 @@ impl Relay<'_> {
 
     /// Is this reply the answer to a request the pooler injected?
     fn reply_is_dropped(&self, tag: u8) -> bool {
-        match (tag, self.expect.front()) {
+        match (tag, self.scratch.expect.front()) {
             (backend_tag::PARSE_COMPLETE, Some(Expect::Parse { action, .. }))
             | (backend_tag::CLOSE_COMPLETE, Some(Expect::Close { action })) => {
                 *action == Action::Skip
@@ -140,7 +140,7 @@ impl Relay<'_> {
 
     /// Match a reply against the request queue (rewriting mode only).
     fn route(&mut self, tag: u8, start: usize, total: usize) -> Route {
-        let front = self.expect.front();
+        let front = self.scratch.expect.front();
         match tag {
             backend_tag::ERROR_RESPONSE => {
                 if front.is_some_and(Expect::is_extended) {
@@ -151,7 +151,7 @@ impl Relay<'_> {
             backend_tag::PARSE_COMPLETE => match front {
                 Some(Expect::Parse { action, .. }) => {
                     let drop = *action == Action::Skip;
-                    self.expect.pop_front();
+                    self.scratch.expect.pop_front();
                     if drop {
                         Route::Drop
                     } else {
@@ -163,7 +163,7 @@ impl Relay<'_> {
             backend_tag::CLOSE_COMPLETE => match front {
                 Some(Expect::Close { action }) => {
                     let drop = *action == Action::Skip;
-                    self.expect.pop_front();
+                    self.scratch.expect.pop_front();
                     if drop {
                         Route::Drop
                     } else {
@@ -174,13 +174,13 @@ impl Relay<'_> {
             },
             backend_tag::BIND_COMPLETE => {
                 if front == Some(&Expect::Bind) {
-                    self.expect.pop_front();
+                    self.scratch.expect.pop_front();
                 }
                 Route::Forward
             }
             backend_tag::ROW_DESCRIPTION | backend_tag::NO_DATA => {
                 if front == Some(&Expect::Describe) {
-                    self.expect.pop_front();
+                    self.scratch.expect.pop_front();
                 }
                 Route::Forward
             }
@@ -197,7 +197,7 @@ impl Relay<'_> {
                     }
                 }
                 if front == Some(&Expect::Execute) {
-                    self.expect.pop_front();
+                    self.scratch.expect.pop_front();
                 }
                 Route::Forward
             }
@@ -208,7 +208,7 @@ impl Relay<'_> {
     /// An error in an extended-protocol batch: the failed request and everything up to the next
     /// Sync get no (further) reply. Statements whose Parse did not happen are forgotten.
     fn error_in_batch(&mut self) {
-        while let Some(e) = self.expect.front() {
+        while let Some(e) = self.scratch.expect.front() {
             if *e == Expect::Sync {
                 return;
             }
@@ -216,7 +216,7 @@ impl Relay<'_> {
                 client_name,
                 cached,
                 ..
-            }) = self.expect.pop_front()
+            }) = self.scratch.expect.pop_front()
             {
                 if let Some(id) = cached {
                     self.server.prepared.remove(id);
@@ -237,9 +237,9 @@ impl Relay<'_> {
         let mut to_remove = ignored;
         if to_remove > 0 {
             let mut i = 0;
-            while i < self.expect.len() && to_remove > 0 {
-                if self.expect[i] == Expect::Sync {
-                    self.expect.remove(i);
+            while i < self.scratch.expect.len() && to_remove > 0 {
+                if self.scratch.expect[i] == Expect::Sync {
+                    self.scratch.expect.remove(i);
                     to_remove -= 1;
                 } else {
                     i += 1;
@@ -253,7 +253,7 @@ impl Relay<'_> {
 
     /// ReadyForQuery answers the oldest Sync / Query / FunctionCall.
     fn pop_through_sync(&mut self) {
-        while let Some(e) = self.expect.pop_front() {
+        while let Some(e) = self.scratch.expect.pop_front() {
             if matches!(e, Expect::Sync | Expect::UntilReady) {
                 return;
             }
@@ -267,14 +267,14 @@ impl Relay<'_> {
     /// the queue is almost never a synthesized reply.
     #[inline]
     pub(super) fn drain_fakes(&mut self) -> bool {
-        match self.expect.front() {
+        match self.scratch.expect.front() {
             Some(front) if front.action() == Action::Fake => self.emit_fakes(),
             _ => true,
         }
     }
 
     fn emit_fakes(&mut self) -> bool {
-        while let Some(front) = self.expect.front() {
+        while let Some(front) = self.scratch.expect.front() {
             if front.action() != Action::Fake {
                 return true;
             }
@@ -285,8 +285,8 @@ impl Relay<'_> {
                 Expect::Close { .. } => &CLOSE_COMPLETE,
                 _ => &PARSE_COMPLETE,
             };
-            self.s_inject.extend_from_slice(bytes);
-            self.expect.pop_front();
+            self.scratch.s_inject.extend_from_slice(bytes);
+            self.scratch.expect.pop_front();
         }
         true
     }
