@@ -163,18 +163,37 @@ async fn pool_size_queues_and_release_hands_over() {
     assert_eq!(waiter.await.unwrap().unwrap(), id);
 }
 
+/// The janitor's part in these tests: `maintain` every period (query_wait_timeout is its job).
+fn run_janitor(pool: &Arc<Pool>) -> tokio::task::JoinHandle<()> {
+    let p = pool.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(super::janitor::JANITOR_PERIOD).await;
+            p.maintain();
+        }
+    })
+}
+
 #[tokio::test(start_paused = true)]
 async fn query_wait_timeout_fails_the_waiter() {
     let f = fake(10);
     let mut s = settings(1, 0);
     s.query_wait_timeout = Some(Duration::from_secs(2));
     let pool = pool_with(s, &f, ConnCounter::new());
+    let janitor = run_janitor(&pool);
     let _held = pool.checkout().await.unwrap();
     let start = Instant::now();
     let err = pool.checkout().await.err().unwrap();
     assert!(matches!(err, PoolError::WaitTimeout));
-    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    // Not before the limit, and at the janitor's first pass after it.
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2)
+            && waited <= Duration::from_secs(2) + super::janitor::JANITOR_PERIOD,
+        "{waited:?}"
+    );
     assert_eq!(pool.counts().waiting, 0);
+    janitor.abort();
 }
 
 #[tokio::test(start_paused = true)]
@@ -240,6 +259,7 @@ async fn max_db_connections_is_shared_between_pools() {
         user: "other".into(),
     };
     let b = Pool::new(key, s, db.clone(), ConnCounter::new(), Arc::new(f.clone()));
+    let _janitor = run_janitor(&b);
     let held = a.checkout().await.unwrap();
     assert!(matches!(b.checkout().await, Err(PoolError::WaitTimeout)));
     assert!(b.counts().total == 0 && db.current() == 1);
@@ -402,7 +422,6 @@ async fn hand_out_prefers_the_most_recent_server_of_the_calling_worker() {
 fn a_released_server_goes_to_a_waiter_of_its_worker_within_the_skew_window() {
     let t0 = tokio::time::Instant::now();
     let waiter = |worker: u16, after_us: u64| Waiter {
-        id: 0,
         since: t0 + Duration::from_micros(after_us),
         worker,
         tx: tokio::sync::oneshot::channel().0,
