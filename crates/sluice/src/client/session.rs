@@ -111,12 +111,19 @@ async fn serve_request(
     // when the server is handed over at once).
     let arrived = Instant::now();
     s.entry.request_arrived(arrived.into_std());
-    // `biased`: no random branch order to draw per request; the kill switch goes first so a
-    // busy client cannot outrun a KILL.
-    let checkout = tokio::select! {
-        biased;
-        _ = s.entry.kill.cancelled() => return Some(killed(&s.entry.kill)),
-        r = s.pool.checkout_at(arrived, settings) => r,
+    if s.entry.kill.is_cancelled() {
+        return Some(killed(&s.entry.kill));
+    }
+    // An idle server at once needs no future (the common case below pool_size); otherwise wait
+    // in line. `biased`: no random branch order to draw per request; the kill switch goes first
+    // so a busy client cannot outrun a KILL.
+    let checkout = match s.pool.try_checkout_now(arrived, settings) {
+        Some(server) => Ok((server, arrived)),
+        None => tokio::select! {
+            biased;
+            _ = s.entry.kill.cancelled() => return Some(killed(&s.entry.kill)),
+            r = s.pool.checkout_at(arrived, settings) => r,
+        },
     };
     let (mut server, handed_at) = match checkout {
         Ok(handed) => handed,

@@ -359,16 +359,9 @@ impl Pool {
                     s
                 }
             };
-            // A server from another worker's client (or connect task) moves to this worker, once,
-            // rather than waking it through the other worker's driver for every reply.
-            let here = crate::workers::current();
-            if server.home != here {
-                if let Err(e) = server.stream.move_to_current_worker() {
-                    tracing::warn!("S-{}: cannot move to this worker, closing: {e}", server.id);
-                    now = Instant::now();
-                    continue;
-                }
-                server.home = here;
+            if !Self::settle_here(&mut server) {
+                now = Instant::now();
+                continue;
             }
             let idle_for = now.saturating_duration_since(server.last_used);
             let checked = settings.check_query.is_some()
@@ -384,6 +377,57 @@ impl Pool {
             }
             now = Instant::now();
         }
+    }
+
+    /// The common hand-out without a future to poll: an idle server that needs no check, at
+    /// `started`. None sends the request the async way (`checkout_at`): nothing idle, the pool
+    /// paused or removed, a server due for server_check_query (left idle for that path), or one
+    /// that could not move to this worker (closed).
+    pub fn try_checkout_now(
+        self: &Arc<Self>,
+        started: Instant,
+        settings: &PoolSettings,
+    ) -> Option<PooledServer> {
+        let conn = {
+            let mut st = self.state.lock();
+            if st.removed || st.paused {
+                return None;
+            }
+            let conn = self.take_idle(&mut st, settings, started)?;
+            let idle_for = started.saturating_duration_since(conn.last_used);
+            if rules::needs_check(
+                idle_for,
+                settings.check_delay,
+                settings.check_query.is_some(),
+            ) {
+                st.idle.push_back(conn);
+                return None;
+            }
+            st.active += 1;
+            conn.set_book_state(ServerState::Active, started);
+            conn
+        };
+        let mut server = PooledServer::new(conn, self.clone());
+        if !Self::settle_here(&mut server) {
+            return None;
+        }
+        self.note_assignment(Duration::ZERO);
+        Some(server)
+    }
+
+    /// A server from another worker's client (or connect task) moves to this worker, once,
+    /// rather than waking it through the other worker's driver for every reply. False when it
+    /// cannot (the caller drops it, which closes it).
+    fn settle_here(server: &mut PooledServer) -> bool {
+        let here = crate::workers::current();
+        if server.home != here {
+            if let Err(e) = server.stream.move_to_current_worker() {
+                tracing::warn!("S-{}: cannot move to this worker, closing: {e}", server.id);
+                return false;
+            }
+            server.home = here;
+        }
+        true
     }
 
     /// Under the lock: take an idle server, or join the queue (planning growth for it).

@@ -461,3 +461,32 @@ async fn wait_time_counts_only_an_actual_wait() {
     assert_eq!(wait_us(&pool), 1_010_000);
     assert_eq!(pool.stats.server_assignments.load(Ordering::Relaxed), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_server_is_handed_out_without_a_future_unless_it_needs_a_check() {
+    let f = fake(10);
+    let mut s = settings(1, 0);
+    s.check_query = Some("SELECT 1".into());
+    let pool = pool_with(s, &f, ConnCounter::new());
+    let settings = pool.settings();
+    // Nothing idle yet: the async way opens one.
+    assert!(pool.try_checkout_now(Instant::now(), &settings).is_none());
+    let first = pool.checkout().await.unwrap();
+    let id = first.id;
+    pool.release(first, true);
+    let now = Instant::now();
+    let server = pool.try_checkout_now(now, &settings).expect("idle server");
+    assert_eq!(server.id, id);
+    let c = pool.counts();
+    assert_eq!((c.active, c.idle, c.used), (1, 0, 0));
+    assert_eq!(pool.stats.server_assignments.load(Ordering::Relaxed), 2);
+    pool.release(server, true);
+    // Idle past server_check_delay: left idle for the async path, which runs the check.
+    tokio::time::sleep(settings.check_delay).await;
+    assert!(pool.try_checkout_now(Instant::now(), &settings).is_none());
+    let c = pool.counts();
+    assert_eq!((c.active, c.idle + c.used), (0, 1));
+    // A paused pool hands nothing out this way.
+    pool.set_paused(true);
+    assert!(pool.try_checkout_now(Instant::now(), &settings).is_none());
+}
