@@ -46,6 +46,11 @@ impl Histogram {
         self.sum_us.fetch_add(us, Ordering::Relaxed);
     }
 
+    /// The sum of all observations.
+    pub fn sum_us(&self) -> u64 {
+        self.sum_us.load(Ordering::Relaxed)
+    }
+
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut acc = 0;
         let cumulative = self

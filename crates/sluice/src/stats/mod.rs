@@ -24,20 +24,19 @@ impl Counter for AtomicU64 {
     }
 }
 
-/// A total of microseconds whose every addition is also one histogram observation.
+/// A total of microseconds whose every addition is also one histogram observation (the total is
+/// the histogram's sum: one atomic add fewer per observation, three per transaction).
 #[derive(Debug, Default)]
 pub struct TimedCounter {
-    total: AtomicU64,
     pub hist: Histogram,
 }
 
 impl Counter for TimedCounter {
     fn add(&self, us: u64) {
-        self.total.fetch_add(us, Ordering::Relaxed);
         self.hist.observe_us(us);
     }
     fn get(&self) -> u64 {
-        self.total.load(Ordering::Relaxed)
+        self.hist.sum_us()
     }
 }
 
