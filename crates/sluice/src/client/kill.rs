@@ -1,15 +1,17 @@
 //! `KillSwitch`: how the admin console (KILL, KILL_CLIENT, SUSPEND's suspend_timeout) tells one
 //! client task to disconnect, and why.
 //!
-//! Only the client's own task ever waits on it, so one atomic and one registered waker do;
-//! the task polls it beside every read and relay, once per transaction or more, where a general
-//! cancellation token would take a lock and link a waiter each time.
+//! Only the client's own task ever waits on it, so one atomic and one waker do. The waker is
+//! kept, not taken, by a wake-up: the logged-in session registers its task once per run (`arm`)
+//! and then polls the switch beside every wait and relay with one atomic load
+//! (`cancelled_armed`), where registering per poll cost two atomic read-modify-writes each time,
+//! four polls per transaction. Login and the admin console register per poll (`cancelled`).
 
 use std::future::{poll_fn, Future};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
-use atomic_waker::AtomicWaker;
+use parking_lot::Mutex;
 
 use crate::error::{sqlstate, ClientNotice};
 
@@ -39,7 +41,9 @@ const ALIVE: u8 = 0;
 pub struct KillSwitch {
     /// ALIVE, or the `KillReason` of the first cancel.
     state: AtomicU8,
-    waker: AtomicWaker,
+    /// The client task's waker, woken by reference (it stays registered). Locked only to
+    /// register and to wake: never per transaction.
+    waker: Mutex<Option<Waker>>,
 }
 
 impl KillSwitch {
@@ -57,13 +61,22 @@ impl KillSwitch {
         let _ =
             self.state
                 .compare_exchange(ALIVE, reason as u8, Ordering::AcqRel, Ordering::Acquire);
-        self.waker.wake();
+        self.nudge();
     }
 
     /// Wake the client's task without flipping the switch, so that it looks again at shared state
     /// it does not otherwise wait on (SUSPEND: a task blocked reading must notice it).
     pub fn nudge(&self) {
-        self.waker.wake();
+        if let Some(w) = self.waker.lock().as_ref() {
+            w.wake_by_ref();
+        }
+    }
+
+    fn register(&self, waker: &Waker) {
+        let mut slot = self.waker.lock();
+        if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *slot = Some(waker.clone());
+        }
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -87,7 +100,7 @@ impl KillSwitch {
         if self.is_cancelled() {
             return Poll::Ready(());
         }
-        self.waker.register(cx.waker());
+        self.register(cx.waker());
         // A cancel between the first check and the registration must not be missed.
         if self.is_cancelled() {
             Poll::Ready(())
@@ -99,6 +112,27 @@ impl KillSwitch {
     /// Completes once the switch is flipped.
     pub fn cancelled(&self) -> impl Future<Output = ()> + '_ {
         poll_fn(move |cx| self.poll_cancelled(cx))
+    }
+
+    /// Register the calling task as the one to wake, until another task arms or registers.
+    pub async fn arm(&self) {
+        poll_fn(|cx| {
+            self.register(cx.waker());
+            Poll::Ready(())
+        })
+        .await
+    }
+
+    /// `cancelled` for the task that called `arm`: one load per poll, no registration. Only
+    /// for futures polled by that task with its own waker (plain `select!` branches).
+    pub fn cancelled_armed(&self) -> impl Future<Output = ()> + '_ {
+        poll_fn(move |_| {
+            if self.is_cancelled() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
     }
 }
 
@@ -124,6 +158,32 @@ mod tests {
         // Already flipped: completes at once.
         k.cancelled().await;
         assert_eq!(k.notice().message, "admin forced disconnect");
+    }
+
+    /// An armed task that waits on `cancelled_armed` alone is woken by a cancel also after
+    /// nudges: a wake-up keeps the waker (it used to be taken, which would strand this task).
+    #[tokio::test]
+    async fn an_armed_task_is_woken_after_nudges() {
+        let k = Arc::new(KillSwitch::new());
+        let (armed_tx, armed_rx) = tokio::sync::oneshot::channel();
+        let waiter = tokio::spawn({
+            let k = k.clone();
+            async move {
+                k.arm().await;
+                let _ = armed_tx.send(());
+                k.cancelled_armed().await;
+            }
+        });
+        armed_rx.await.unwrap();
+        k.nudge();
+        k.nudge();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "a nudge is not a cancel");
+        k.cancel();
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken by the cancel")
+            .unwrap();
     }
 
     #[test]

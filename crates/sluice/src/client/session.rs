@@ -51,6 +51,9 @@ pub enum Outcome {
 pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -> Outcome {
     // Kept across requests; a reload is seen at the next request (`refresh_settings`).
     let mut settings = s.pool.settings_snapshot();
+    // This task is the one a KILL wakes, from here on (a moved session runs on a new task): the
+    // waits below then check the switch with one load (`cancelled_armed`).
+    s.entry.kill.arm().await;
     loop {
         // Between transactions (no server linked, nothing half-read): the one place a client may
         // change worker. Not while SUSPEND or a shutdown phase holds: those count on clients
@@ -121,7 +124,7 @@ async fn serve_request(
         Some(server) => Ok((server, arrived)),
         None => tokio::select! {
             biased;
-            _ = s.entry.kill.cancelled() => return Some(killed(&s.entry.kill)),
+            _ = s.entry.kill.cancelled_armed() => return Some(killed(&s.entry.kill)),
             r = s.pool.checkout_at(arrived, settings) => r,
         },
     };
@@ -278,7 +281,7 @@ async fn relay_once(
     // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
     tokio::select! {
         biased;
-        _ = s.entry.kill.cancelled() => RelayEnd::Fatal { notice: s.entry.kill.notice(), server_clean: false },
+        _ = s.entry.kill.cancelled_armed() => RelayEnd::Fatal { notice: s.entry.kill.notice(), server_clean: false },
         end = relay.run() => end,
     }
 }
@@ -385,7 +388,7 @@ async fn wait_for_request(
         let park = suspended && client.rbuf.is_empty();
         tokio::select! {
             biased;
-            _ = kill.cancelled() => return Idle::Killed,
+            _ = kill.cancelled_armed() => return Idle::Killed,
             // With nothing buffered, the idle client holds no read buffer (`read_when_ready`).
             r = client.stream.read_when_ready(&mut client.rbuf, CLIENT_READ_CHUNK), if !park => match r {
                 Ok(0) | Err(_) => return Idle::Closed,
@@ -395,7 +398,7 @@ async fn wait_for_request(
             _ = client.suspend.closed_on_wake(), if !suspended => {}
             _ = sleep, if !park => return Idle::Timeout,
             // No waiter of its own: the main loop nudges every client (its kill switch's waker,
-            // registered above) when the phase changes, and this poll then sees it.
+            // armed when the session started) when the phase changes, and this poll then sees it.
             _ = poll_fn(|_| if lifecycle.phase().drops_idle_clients() { Poll::Ready(()) } else { Poll::Pending }) => {
                 return Idle::Shutdown;
             }
