@@ -255,37 +255,66 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
         if !wait_while_suspended(&app, &mut phase).await {
             return;
         }
-        let active_changed = async {
-            match &mut active {
-                Some(a) => a.changed().await.is_ok(),
-                None => std::future::pending().await,
+        // The futures that end a stretch of accepting are made once per stretch, not per
+        // accepted connection: each links a waiter into a shared watch channel (a lock and a
+        // list), which was ~2,000 instructions of every login.
+        let stop = {
+            let active_changed = async {
+                match &mut active {
+                    Some(a) => a.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            let suspended = app.control.gate().suspended();
+            let phase_changed = phase.changed();
+            tokio::pin!(active_changed, suspended, phase_changed);
+            loop {
+                // `biased`: no random branch order to draw per accepted connection.
+                tokio::select! {
+                    biased;
+                    ok = &mut active_changed => break Stop::Active(ok),
+                    _ = &mut suspended => break Stop::Suspended,
+                    r = &mut phase_changed => break Stop::Phase(r.is_ok()),
+                    r = listener.accept() => match r {
+                        Ok((sock, addr)) => {
+                            tune_tcp(&sock, &tcp_tuning(&app.config()));
+                            tokio::spawn(crate::client::serve(app.clone(), Stream::Tcp(sock), PeerAddr::Tcp(addr)));
+                        }
+                        Err(e) => {
+                            tracing::warn!("accept failed: {e}");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    },
+                }
             }
         };
-        tokio::select! {
-            ok = active_changed => {
-                let n = active.as_mut().filter(|_| ok).map(|a| *a.borrow_and_update());
+        match stop {
+            Stop::Active(ok) => {
+                let n = active
+                    .as_mut()
+                    .filter(|_| ok)
+                    .map(|a| *a.borrow_and_update());
                 if !n.is_some_and(|n| steer(&listener, n)) {
                     active = None;
                 }
             }
-            _ = app.control.gate().suspended() => {}
-            r = listener.accept() => match r {
-                Ok((sock, addr)) => {
-                    tune_tcp(&sock, &tcp_tuning(&app.config()));
-                    tokio::spawn(crate::client::serve(app.clone(), Stream::Tcp(sock), PeerAddr::Tcp(addr)));
-                }
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            },
-            r = phase.changed() => {
-                if r.is_err() || *phase.borrow() != Phase::Running {
+            Stop::Suspended => {}
+            Stop::Phase(ok) => {
+                if !ok || *phase.borrow() != Phase::Running {
                     return;
                 }
             }
         }
     }
+}
+
+/// Why a stretch of accepting ended.
+enum Stop {
+    /// The number of active workers changed (`true`) or its sender is gone.
+    Active(bool),
+    Suspended,
+    /// The lifecycle phase changed (`true`) or its sender is gone.
+    Phase(bool),
 }
 
 /// Point new connections of `listener`'s SO_REUSEPORT group at the first `n` workers. When the
