@@ -9,11 +9,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+/// `repr(C)`: `base` and `after_us`, which every `set` touches, first (see `ClientEntry`).
 #[derive(Debug)]
+#[repr(C)]
 pub struct Stamp {
     base: Instant,
-    base_wall: SystemTime,
     after_us: AtomicU64,
+    base_wall: SystemTime,
 }
 
 impl Stamp {

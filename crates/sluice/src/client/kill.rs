@@ -37,7 +37,9 @@ impl KillReason {
 
 const ALIVE: u8 = 0;
 
+/// `repr(C)`: the flag, read on every wait, first (see `ClientEntry`).
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct KillSwitch {
     /// ALIVE, or the `KillReason` of the first cancel.
     state: AtomicU8,
