@@ -21,7 +21,7 @@ use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::error::ServerError;
 use crate::error::{sqlstate, ClientNotice};
-use crate::forward::{Prepared, Relay, RelayEnd, RelayTimeouts, CLIENT_READ_CHUNK};
+use crate::forward::{Prepared, Relay, RelayEnd, CLIENT_READ_CHUNK};
 use crate::lifecycle::{Lifecycle, Phase};
 use crate::pool::PoolSettings;
 use crate::pool::{Pool, PooledServer};
@@ -78,7 +78,7 @@ async fn serve_request(
     settings: &Arc<PoolSettings>,
 ) -> Option<EndReason> {
     let max_packet = settings.connect.max_packet_size;
-    let idle_limit = settings.client_idle_timeout;
+    let idle_limit = settings.relay.client_idle_timeout;
     s.entry.set_state(ClientState::Idle);
     match wait_for_request(
         client,
@@ -243,12 +243,6 @@ async fn relay_once(
     settings: &PoolSettings,
     from: Instant,
 ) -> RelayEnd {
-    let timeouts = RelayTimeouts {
-        query_timeout: settings.query_timeout,
-        idle_transaction_timeout: settings.idle_transaction_timeout,
-        transaction_timeout: settings.transaction_timeout,
-        client_idle_timeout: settings.client_idle_timeout,
-    };
     let pooled = settings.mode != PoolMode::Session;
     let knobs = settings.session;
     let max_prepared = knobs.max_prepared;
@@ -274,7 +268,7 @@ async fn relay_once(
         tracking,
         settings.mode,
         settings.connect.max_packet_size,
-        timeouts,
+        &settings.relay,
         &mut s.relay_scratch,
         from,
     );

@@ -17,7 +17,6 @@ use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use sluice_config::PoolMode;
@@ -28,6 +27,7 @@ use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
 use crate::error::{sqlstate, ClientNotice};
+use crate::pool::RelayTimeouts;
 use crate::prepared::{ClientStatements, StatementRegistry};
 use crate::server::params::{ParamMap, TrackedSet};
 use crate::server::ServerConn;
@@ -62,16 +62,6 @@ pub enum RelayEnd {
         notice: ClientNotice,
         server_clean: bool,
     },
-}
-
-/// Timeouts that apply while linked.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RelayTimeouts {
-    pub query_timeout: Option<Duration>,
-    pub idle_transaction_timeout: Option<Duration>,
-    pub transaction_timeout: Option<Duration>,
-    /// Only while idle between transactions in session mode (in other modes the client is unlinked then).
-    pub client_idle_timeout: Option<Duration>,
 }
 
 /// Prepared-statement rewriting context (transaction/statement mode with max_prepared_statements > 0).
@@ -129,7 +119,9 @@ pub struct Relay<'a> {
     c_observed: bool,
     mode: PoolMode,
     max_packet: usize,
-    timeouts: RelayTimeouts,
+    /// The pool's (its settings outlive the relay): a reference keeps the relay, which is
+    /// written afresh per transaction, a cache line smaller.
+    timeouts: &'a RelayTimeouts,
     c: Scan,
     s: Scan,
     /// The server reported an error in an extended-protocol batch: it ignores everything until Sync.
@@ -185,7 +177,7 @@ impl<'a> Relay<'a> {
         tracking: Option<(&'a mut SessionTracker, bool)>,
         mode: PoolMode,
         max_packet: usize,
-        timeouts: RelayTimeouts,
+        timeouts: &'a RelayTimeouts,
         scratch: &'a mut RelayScratch,
         now: Instant,
     ) -> Self {
@@ -493,7 +485,7 @@ impl<'a> Relay<'a> {
 
     /// The earliest timeout that applies in the current state.
     fn current_deadline(&self) -> Option<(Instant, &'static str)> {
-        let t = &self.timeouts;
+        let t = self.timeouts;
         if self.pending_rfq > 0 || self.unsynced {
             if let (Some(q), Some(start)) = (t.query_timeout, self.query_started) {
                 return Some((start + q, "query timeout"));

@@ -36,7 +36,7 @@ use connector::Connector;
 use counter::{ConnCounter, ServerSlots};
 pub use pooled::PooledServer;
 use servers::{ServerBook, ServerState};
-pub use settings::{PoolSettings, SessionKnobs, SettingsSnapshot};
+pub use settings::{PoolSettings, RelayTimeouts, SessionKnobs, SettingsSnapshot};
 
 /// Identity of a pool: the database name clients use and the user the pool logs in as.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

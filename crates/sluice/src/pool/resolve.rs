@@ -9,7 +9,7 @@ use sluice_config::{Config, DatabaseEntry, ServerCheckQuery};
 use sluice_protocol::StoredSecret;
 
 use super::rules::{PoolLimits, ServerTimeouts};
-use super::{PoolSettings, SessionKnobs};
+use super::{PoolSettings, RelayTimeouts, SessionKnobs};
 use crate::net::socket::TcpTuning;
 use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
@@ -145,19 +145,21 @@ pub fn pool_settings(
         reset_query: Some(g.server_reset_query.clone()).filter(|q| !q.trim().is_empty()),
         reset_always: g.server_reset_query_always,
         query_wait_timeout,
-        query_timeout: user_override(|u| u.query_timeout, g.query_timeout.as_duration()),
-        idle_transaction_timeout: user_override(
-            |u| u.idle_transaction_timeout,
-            g.idle_transaction_timeout.as_duration(),
-        ),
-        client_idle_timeout: user_override(
-            |u| u.client_idle_timeout,
-            g.client_idle_timeout.as_duration(),
-        ),
-        transaction_timeout: user_override(
-            |u| u.transaction_timeout,
-            g.transaction_timeout.as_duration(),
-        ),
+        relay: RelayTimeouts {
+            query_timeout: user_override(|u| u.query_timeout, g.query_timeout.as_duration()),
+            idle_transaction_timeout: user_override(
+                |u| u.idle_transaction_timeout,
+                g.idle_transaction_timeout.as_duration(),
+            ),
+            client_idle_timeout: user_override(
+                |u| u.client_idle_timeout,
+                g.client_idle_timeout.as_duration(),
+            ),
+            transaction_timeout: user_override(
+                |u| u.transaction_timeout,
+                g.transaction_timeout.as_duration(),
+            ),
+        },
         login_retry: g.server_login_retry.as_duration().unwrap_or(Duration::ZERO),
         round_robin: g.server_round_robin,
         max_db_connections: db.max_db_connections.unwrap_or(g.max_db_connections) as usize,

@@ -23,10 +23,8 @@ pub struct PoolSettings {
     pub reset_query: Option<String>,
     pub reset_always: bool,
     pub query_wait_timeout: Option<Duration>,
-    pub query_timeout: Option<Duration>,
-    pub idle_transaction_timeout: Option<Duration>,
-    pub client_idle_timeout: Option<Duration>,
-    pub transaction_timeout: Option<Duration>,
+    /// query_timeout, idle_transaction_timeout, transaction_timeout, client_idle_timeout.
+    pub relay: RelayTimeouts,
     pub login_retry: Duration,
     /// server_round_robin: hand out idle servers FIFO instead of LIFO.
     pub round_robin: bool,
@@ -46,6 +44,16 @@ pub struct PoolSettings {
     /// The session-state knobs the relay needs per transaction, copied from the global config
     /// so that a transaction reads one settings snapshot (reload replaces them with the rest).
     pub session: SessionKnobs,
+}
+
+/// Timeouts that apply while linked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RelayTimeouts {
+    pub query_timeout: Option<Duration>,
+    pub idle_transaction_timeout: Option<Duration>,
+    pub transaction_timeout: Option<Duration>,
+    /// Only while idle between transactions in session mode (in other modes the client is unlinked then).
+    pub client_idle_timeout: Option<Duration>,
 }
 
 /// `max_prepared_statements` and `[sluice] pin_session_state` / `max_pinned_clients`.
