@@ -187,7 +187,27 @@ async fn serve_request(
         server.gucs_owner = client.id;
         server.gucs_dirty = true;
     }
+    if matches!(end, RelayEnd::Released | RelayEnd::PinCheck) && release_reset(settings).is_none() {
+        // The common end (transaction mode, no reset query): straight back, without building
+        // `finish`'s future in the session's frame (cold memory at many clients).
+        s.pool.release_at(
+            server,
+            true,
+            released_at.unwrap_or_else(Instant::now),
+            settings,
+        );
+        return None;
+    }
     finish(s, server, end, settings, released_at).await
+}
+
+/// The reset query a server runs when a transaction-mode client lets it go (server_reset_query
+/// with server_reset_query_always), if any.
+fn release_reset(settings: &PoolSettings) -> Option<&str> {
+    settings
+        .reset_always
+        .then(|| settings.reset_query())
+        .flatten()
 }
 
 /// Keep the pool's count of pinned clients in step with this client's tracker.
@@ -300,10 +320,7 @@ async fn finish(
     };
     match end {
         RelayEnd::Released | RelayEnd::PinCheck => {
-            let reset = settings
-                .reset_always
-                .then(|| settings.reset_query())
-                .flatten();
+            let reset = release_reset(settings);
             give_back(&s.pool, server, reset.as_slice(), released_at, settings).await;
             None
         }
