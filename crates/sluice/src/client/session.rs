@@ -190,12 +190,7 @@ async fn serve_request(
     if matches!(end, RelayEnd::Released | RelayEnd::PinCheck) && release_reset(settings).is_none() {
         // The common end (transaction mode, no reset query): straight back, without building
         // `finish`'s future in the session's frame (cold memory at many clients).
-        s.pool.release_at(
-            server,
-            true,
-            released_at.unwrap_or_else(Instant::now),
-            settings,
-        );
+        release_clean(&s.pool, server, released_at, settings);
         return None;
     }
     finish(s, server, end, settings, released_at).await
@@ -364,11 +359,20 @@ async fn give_back(
     settings: &PoolSettings,
 ) {
     if reset.is_empty() {
-        // The common case (transaction mode): straight back, no pooler query to await.
-        pool.release_at(server, true, at.unwrap_or_else(Instant::now), settings);
+        release_clean(pool, server, at, settings);
     } else {
         pool.reset_and_release(server, reset).await;
     }
+}
+
+/// Straight back to the pool, no pooler query to run, at the relay's last clock reading.
+fn release_clean(
+    pool: &Arc<Pool>,
+    server: PooledServer,
+    at: Option<Instant>,
+    settings: &PoolSettings,
+) {
+    pool.release_at(server, true, at.unwrap_or_else(Instant::now), settings);
 }
 
 /// Wait, unlinked, until the client buffer holds the header of a request.

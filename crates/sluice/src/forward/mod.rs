@@ -224,7 +224,7 @@ impl<'a> Relay<'a> {
     /// the start of at least one message (what made the session take a server).
     ///
     /// Takes the relay by reference: the caller's frame holds it, and the future does not copy
-    /// its ~400 bytes again (per transaction, into memory that is cold at many clients).
+    /// its ~250 bytes again (per transaction, into memory that is cold at many clients).
     pub async fn run(&mut self) -> RelayEnd {
         if let Err(end) = self.scan_client() {
             return end;

@@ -471,7 +471,7 @@ impl Pool {
 
     /// Wait for a server, or for the janitor to give up on query_wait_timeout (`expire_waiters`).
     /// No timer per wait: at many clients every checkout waits, and a timer registered and
-    /// removed per transaction was ~5% of a transaction's instructions at 1,000 clients.
+    /// removed per transaction was ~7% of a transaction's instructions at 1,000 clients.
     async fn wait(rx: oneshot::Receiver<WaiterReply>) -> Result<PooledServer, PoolError> {
         rx.await.map_err(|_| PoolError::ShuttingDown)?
     }
