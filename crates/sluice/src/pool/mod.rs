@@ -60,7 +60,8 @@ type WaiterReply = Result<PooledServer, PoolError>;
 // Short-lived on the stack between the lock and the hand-out; boxing would allocate per checkout.
 #[allow(clippy::large_enum_variant)]
 enum Ticket {
-    Idle(Box<ServerConn>),
+    /// An idle server and how long it idled.
+    Idle(Box<ServerConn>, Duration),
     Queued(oneshot::Receiver<WaiterReply>, Vec<ServerSlots>),
 }
 
@@ -350,28 +351,29 @@ impl Pool {
     ) -> Result<(PooledServer, Instant), PoolError> {
         let mut now = started;
         loop {
-            let mut server = match self.take_or_queue(settings, now)? {
-                Ticket::Idle(conn) => PooledServer::new(conn, self.clone()),
+            let (mut server, idle_for) = match self.take_or_queue(settings, now)? {
+                Ticket::Idle(conn, idle_for) => (PooledServer::new(conn, self.clone()), idle_for),
                 Ticket::Queued(rx, slots) => {
                     self.spawn_connects(slots, settings);
                     let s = Self::wait(rx).await?;
                     now = Instant::now();
-                    s
+                    // Usually handed over by a release just now; after RESUME, maybe an old idle one.
+                    let idle_for = now.saturating_duration_since(s.last_used);
+                    (s, idle_for)
                 }
             };
             if !Self::settle_here(&mut server) {
                 now = Instant::now();
                 continue;
             }
-            let idle_for = now.saturating_duration_since(server.last_used);
             let checked = settings.check_query.is_some()
                 && rules::needs_check(idle_for, settings.check_delay, true);
             if let Some(s) = self.prepare_for_use(server, settings, checked).await {
-                let handed_at = if now == started && !checked {
-                    started
-                } else {
-                    Instant::now()
-                };
+                if now == started && !checked {
+                    self.note_assignment(Duration::ZERO);
+                    return Ok((s, started));
+                }
+                let handed_at = Instant::now();
                 self.note_assignment(handed_at - started);
                 return Ok((s, handed_at));
             }
@@ -393,8 +395,7 @@ impl Pool {
             if st.removed || st.paused {
                 return None;
             }
-            let conn = self.take_idle(&mut st, settings, started)?;
-            let idle_for = started.saturating_duration_since(conn.last_used);
+            let (conn, idle_for) = self.take_idle(&mut st, settings, started)?;
             if rules::needs_check(
                 idle_for,
                 settings.check_delay,
@@ -441,10 +442,10 @@ impl Pool {
             return Err(PoolError::DatabaseRemoved);
         }
         if !st.paused {
-            if let Some(conn) = self.take_idle(&mut st, settings, now) {
+            if let Some((conn, idle_for)) = self.take_idle(&mut st, settings, now) {
                 st.active += 1;
                 conn.set_book_state(ServerState::Active, now);
-                return Ok(Ticket::Idle(conn));
+                return Ok(Ticket::Idle(conn, idle_for));
             }
             if let Some(f) = &st.failure {
                 if self.servers.current() == 0 && f.at.elapsed() < settings.login_retry {
@@ -492,29 +493,29 @@ impl Pool {
         }
     }
 
-    /// Pop an idle server that may be used now; stale ones are dropped (closed) on the way.
+    /// Pop an idle server that may be used now, with how long it idled (its callers' check for
+    /// server_check_delay uses the same figure); stale ones are dropped (closed) on the way.
     fn take_idle(
         &self,
         st: &mut PoolState,
         settings: &PoolSettings,
         now: Instant,
-    ) -> Option<Box<ServerConn>> {
+    ) -> Option<(Box<ServerConn>, Duration)> {
         loop {
             let conn = if settings.round_robin {
                 st.idle.pop_front()
             } else {
                 pop_most_recent_local(&mut st.idle)
             }?;
+            let idle_for = now.saturating_duration_since(conn.last_used);
             if !self.close_needed(conn.id, conn.generation, settings)
                 && rules::reusable_on_release(
                     now.saturating_duration_since(conn.created),
                     &settings.timeouts,
                 )
-                && conn.stream.is_quiet(
-                    now.saturating_duration_since(conn.last_used) >= ASK_KERNEL_AFTER_IDLE,
-                )
+                && conn.stream.is_quiet(idle_for >= ASK_KERNEL_AFTER_IDLE)
             {
-                return Some(conn);
+                return Some((conn, idle_for));
             }
         }
     }
@@ -665,7 +666,7 @@ impl Pool {
     fn serve_waiters_locked(self: &Arc<Self>, st: &mut PoolState, settings: &PoolSettings) {
         while !st.paused && !st.waiters.is_empty() {
             let now = Instant::now();
-            let Some(mut conn) = self.take_idle(st, settings, now) else {
+            let Some((mut conn, _)) = self.take_idle(st, settings, now) else {
                 return;
             };
             loop {
