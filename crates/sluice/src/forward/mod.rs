@@ -21,9 +21,7 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BytesMut};
 use sluice_config::PoolMode;
 use sluice_protocol::TransactionStatus;
-use tokio::io::AsyncWrite;
 use tokio::time::{Instant, Sleep};
-use tokio_util::io::poll_read_buf;
 
 use crate::client::ClientConn;
 use crate::error::{sqlstate, ClientNotice};
@@ -44,6 +42,27 @@ const INSPECT_MAX: usize = 32 * 1024;
 /// is 4 KiB). An idle client with nothing buffered holds no buffer (`Stream::read_when_ready`).
 const READ_CHUNK: usize = 16 * 1024;
 pub const CLIENT_READ_CHUNK: usize = 4 * 1024;
+/// Passes that moved bytes before the relay yields to the worker's other tasks. Its reads and
+/// writes go straight to the sockets (`Stream::poll_read_into`), past tokio's cooperative
+/// budget, so a relay that always has bytes to move (a long COPY) must give way by itself.
+/// A transaction takes two or three passes.
+const RELAY_ROUNDS: u32 = 64;
+
+/// The passes of one `poll_relay` call, against `RELAY_ROUNDS`.
+#[derive(Default)]
+struct Rounds(u32);
+
+impl Rounds {
+    /// Count a pass; true when the budget is spent, after asking to be polled again.
+    fn spent(&mut self, cx: &mut Context<'_>) -> bool {
+        self.0 += 1;
+        if self.0 > RELAY_ROUNDS {
+            cx.waker().wake_by_ref();
+            return true;
+        }
+        false
+    }
+}
 
 /// Why a relay ended.
 #[derive(Debug)]
@@ -288,8 +307,12 @@ impl<'a> Relay<'a> {
         // polled, and the waker is registered. So a later pass (after a write made progress)
         // skips it instead of asking again (~150 instructions per poll, two per transaction).
         let (mut client_blocked, mut server_blocked) = (false, false);
+        let mut rounds = Rounds::default();
         loop {
             let mut progress = false;
+            if rounds.spent(cx) {
+                return Poll::Pending;
+            }
 
             // 1. client -> server bytes: injected/rewritten first, then the ready prefix.
             match self.poll_write_server(cx) {
@@ -345,7 +368,7 @@ impl<'a> Relay<'a> {
                 && self.client.rbuf.len() < READ_CAP.max(self.c.need)
             {
                 reserve(&mut self.client.rbuf, CLIENT_READ_CHUNK);
-                match poll_read_buf(Pin::new(&mut self.client.stream), cx, &mut self.client.rbuf) {
+                match self.client.stream.poll_read_into(cx, &mut self.client.rbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         return Poll::Ready(RelayEnd::ClientGone {
                             clean: self.server_clean(),
@@ -369,7 +392,7 @@ impl<'a> Relay<'a> {
             // 4. read from the server
             if !server_blocked && self.server.rbuf.len() < READ_CAP.max(self.s.need) {
                 reserve(&mut self.server.rbuf, READ_CHUNK);
-                match poll_read_buf(Pin::new(&mut self.server.stream), cx, &mut self.server.rbuf) {
+                match self.server.stream.poll_read_into(cx, &mut self.server.rbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         return Poll::Ready(self.server_gone())
                     }
@@ -398,7 +421,7 @@ impl<'a> Relay<'a> {
         } else {
             return Ok(false);
         };
-        match Pin::new(&mut self.server.stream).poll_write(cx, buf) {
+        match self.server.stream.poll_write_from(cx, buf) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(self.server_gone()),
             Poll::Ready(Ok(n)) => {
                 if injected {
@@ -422,7 +445,7 @@ impl<'a> Relay<'a> {
         } else {
             return Ok(false);
         };
-        match Pin::new(&mut self.client.stream).poll_write(cx, buf) {
+        match self.client.stream.poll_write_from(cx, buf) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone { clean: false }),
             Poll::Ready(Ok(n)) => {
                 PoolStats::add(&self.stats.bytes_sent, n as u64);
@@ -460,16 +483,24 @@ impl<'a> Relay<'a> {
         self.server.status = status;
         self.pending_rfq = self.pending_rfq.saturating_sub(1);
         self.last_activity = now;
+        // A single-query transaction started with its query: one subtraction serves both times.
+        let mut query_time = None;
         if self.pending_rfq == 0 {
             if let Some(t) = self.query_started.take() {
+                let us = (now - t).as_micros() as u64;
                 PoolStats::add(&self.stats.query_count, 1);
-                PoolStats::add(&self.stats.query_time_us, (now - t).as_micros() as u64);
+                PoolStats::add(&self.stats.query_time_us, us);
+                query_time = Some((t, us));
             }
         }
         if status == TransactionStatus::Idle {
             if let Some(t) = self.xact_started.take() {
+                let us = match query_time {
+                    Some((q, us)) if q == t => us,
+                    _ => (now - t).as_micros() as u64,
+                };
                 PoolStats::add(&self.stats.xact_count, 1);
-                PoolStats::add(&self.stats.xact_time_us, (now - t).as_micros() as u64);
+                PoolStats::add(&self.stats.xact_time_us, us);
             }
         } else if self.mode == PoolMode::Statement && self.pending_rfq == 0 {
             return Err(RelayEnd::Fatal {
@@ -550,5 +581,35 @@ fn client_violation(sqlstate: &str, message: String) -> RelayEnd {
     RelayEnd::Fatal {
         notice: ClientNotice::new(sqlstate, message),
         server_clean: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    struct CountWakes(AtomicUsize);
+    impl Wake for CountWakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_relay_gives_way_after_its_rounds_and_asks_to_come_back() {
+        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut rounds = Rounds::default();
+        for _ in 0..RELAY_ROUNDS {
+            assert!(!rounds.spent(&mut cx));
+        }
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 0);
+        assert!(rounds.spent(&mut cx));
+        // Pending without a registered socket would hang: the task is woken to run again.
+        assert_eq!(wakes.0.load(Ordering::Relaxed), 1);
     }
 }

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::spare_buffers;
@@ -108,8 +108,7 @@ impl Stream {
     /// may already sit in rustls' buffer where the socket's readiness does not show them, so a TLS
     /// stream is read with its buffer as usual.
     ///
-    /// The read itself goes through `read_buf` (not `try_read_buf`) because tokio clears readiness
-    /// after a short read there, which saves the next wait a system call.
+    /// The read itself is `poll_read_into`'s (a short read clears the readiness there too).
     pub async fn read_when_ready(&mut self, buf: &mut BytesMut, chunk: usize) -> io::Result<usize> {
         if buf.is_empty() && matches!(self, Stream::Tcp(_) | Stream::Unix(_)) {
             let stream = &*self;
@@ -132,7 +131,7 @@ impl Stream {
         } else if buf.capacity() - buf.len() < chunk / 4 {
             buf.reserve(chunk);
         }
-        self.read_buf(buf).await
+        std::future::poll_fn(|cx| self.poll_read_into(cx, buf)).await
     }
 
     /// Non-blocking check used before handing an idle server out: true means the socket is still
@@ -184,6 +183,124 @@ impl Stream {
             )
         };
         r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock
+    }
+}
+
+impl Stream {
+    /// Read what the socket has into `buf`'s spare capacity (the caller reserves it); 0 = EOF.
+    ///
+    /// The relay's and the idle wait's read. A plain socket is read straight through tokio's
+    /// readiness (`try_io`) when it is ready, and only waits (`poll_read_ready`) when it is not:
+    /// the AsyncRead path spent ~150 instructions per read on its cooperative-scheduling budget
+    /// and buffer adapters (callgrind). Without that budget, a caller that loops on reads and
+    /// writes must yield by itself now and then (the relay does, `RELAY_ROUNDS`). As in tokio's
+    /// own `poll_read`, a short read clears the readiness (the socket is drained), which saves
+    /// the next wait a system call.
+    pub fn poll_read_into(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<io::Result<usize>> {
+        match self {
+            Stream::Tcp(s) => poll_read_plain(s, cx, buf),
+            Stream::Unix(s) => poll_read_plain(s, cx, buf),
+            other => tokio_util::io::poll_read_buf(Pin::new(other), cx, buf),
+        }
+    }
+
+    /// Write from `buf`, as `poll_read_into` reads: a plain socket straight through its
+    /// readiness, waiting only when it is full.
+    pub fn poll_write_from(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match self {
+            Stream::Tcp(s) => poll_write_plain(s, cx, buf),
+            Stream::Unix(s) => poll_write_plain(s, cx, buf),
+            other => Pin::new(other).poll_write(cx, buf),
+        }
+    }
+}
+
+/// The readiness operations of a plain (non-TLS) tokio socket.
+trait PlainSocket {
+    fn try_io_read(&self, f: impl FnOnce() -> io::Result<usize>) -> io::Result<usize>;
+    fn try_read_into(&self, buf: &mut BytesMut) -> io::Result<usize>;
+    fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    fn try_write_from(&self, buf: &[u8]) -> io::Result<usize>;
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+}
+
+macro_rules! plain_socket {
+    ($t:ty) => {
+        impl PlainSocket for $t {
+            fn try_io_read(&self, f: impl FnOnce() -> io::Result<usize>) -> io::Result<usize> {
+                self.try_io(tokio::io::Interest::READABLE, f)
+            }
+            fn try_read_into(&self, buf: &mut BytesMut) -> io::Result<usize> {
+                self.try_read_buf(buf)
+            }
+            fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                <$t>::poll_read_ready(self, cx)
+            }
+            fn try_write_from(&self, buf: &[u8]) -> io::Result<usize> {
+                self.try_write(buf)
+            }
+            fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                <$t>::poll_write_ready(self, cx)
+            }
+        }
+    };
+}
+plain_socket!(TcpStream);
+plain_socket!(UnixStream);
+
+fn poll_read_plain<S: PlainSocket>(
+    s: &S,
+    cx: &mut Context<'_>,
+    buf: &mut BytesMut,
+) -> Poll<io::Result<usize>> {
+    let room = buf.capacity() - buf.len();
+    loop {
+        // A short read is reported to `try_io` as WouldBlock, which makes it clear the readiness
+        // (only if no newer event arrived meanwhile); the bytes read are kept in `got`.
+        let mut got = 0;
+        let r = s.try_io_read(|| {
+            got = s.try_read_into(buf)?;
+            if got > 0 && got < room {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(got)
+            }
+        });
+        match r {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if got > 0 {
+                    return Poll::Ready(Ok(got));
+                }
+                match s.poll_read_ready(cx) {
+                    Poll::Ready(Ok(())) => continue,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            r => return Poll::Ready(r),
+        }
+    }
+}
+
+fn poll_write_plain<S: PlainSocket>(
+    s: &S,
+    cx: &mut Context<'_>,
+    buf: &[u8],
+) -> Poll<io::Result<usize>> {
+    loop {
+        match s.try_write_from(buf) {
+            // (`try_write` cleared the readiness.)
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => match s.poll_write_ready(cx) {
+                Poll::Ready(Ok(())) => continue,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            },
+            r => return Poll::Ready(r),
+        }
     }
 }
 
@@ -284,6 +401,75 @@ mod tests {
         drop(peer);
         buf.clear();
         assert_eq!(stream.read_when_ready(&mut buf, 4096).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_short_read_clears_readiness_and_a_full_one_does_not() {
+        let (mut stream, mut peer) = pair().await;
+        let mut buf = BytesMut::with_capacity(64);
+        let room = buf.capacity();
+        peer.write_all(b"abc").await.unwrap();
+        let n = std::future::poll_fn(|cx| stream.poll_read_into(cx, &mut buf)).await;
+        assert_eq!(n.unwrap(), 3);
+        // More bytes arrive, but this task has not let the IO driver run: a short read drained
+        // the socket, so the next read waits without asking the kernel (no system call).
+        peer.write_all(b"de").await.unwrap();
+        let again = poll_once(std::future::poll_fn(|cx| {
+            stream.poll_read_into(cx, &mut buf)
+        }));
+        assert!(again.await.is_none());
+        // The driver then reports the bytes: nothing is lost.
+        let n = std::future::poll_fn(|cx| stream.poll_read_into(cx, &mut buf)).await;
+        assert_eq!((n.unwrap(), &buf[..]), (2, &b"abcde"[..]));
+        // A read that fills the buffer may have left bytes behind: the next read takes them at once.
+        buf.clear();
+        peer.write_all(&vec![b'x'; room + 10]).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let n = std::future::poll_fn(|cx| stream.poll_read_into(cx, &mut buf)).await;
+        assert_eq!(n.unwrap(), room);
+        buf.clear();
+        let rest = poll_once(std::future::poll_fn(|cx| {
+            stream.poll_read_into(cx, &mut buf)
+        }));
+        assert_eq!(rest.await.map(|r| r.unwrap()), Some(10));
+    }
+
+    #[tokio::test]
+    async fn writes_go_straight_out_and_wait_when_the_socket_is_full() {
+        let (mut stream, mut peer) = pair().await;
+        let n = std::future::poll_fn(|cx| stream.poll_write_from(cx, b"hello")).await;
+        assert_eq!(n.unwrap(), 5);
+        let mut got = [0u8; 5];
+        tokio::io::AsyncReadExt::read_exact(&mut peer, &mut got)
+            .await
+            .unwrap();
+        assert_eq!(&got, b"hello");
+        // Fill the socket until a write has to wait, then drain it: the write goes on.
+        let chunk = vec![b'y'; 64 * 1024];
+        let mut sent = 0;
+        while let Some(n) = poll_once(std::future::poll_fn(|cx| {
+            stream.poll_write_from(cx, &chunk)
+        }))
+        .await
+        {
+            sent += n.unwrap();
+        }
+        assert!(sent > 0);
+        let drain = tokio::spawn(async move {
+            let mut sink = vec![0u8; 1 << 20];
+            let mut total = 0;
+            while total < sent + 5 {
+                let n = tokio::io::AsyncReadExt::read(&mut peer, &mut sink)
+                    .await
+                    .unwrap();
+                assert!(n > 0);
+                total += n;
+            }
+            total
+        });
+        let n = std::future::poll_fn(|cx| stream.poll_write_from(cx, b"tail!")).await;
+        assert_eq!(n.unwrap(), 5);
+        assert_eq!(drain.await.unwrap(), sent + 5);
     }
 
     /// Poll a future once: Some(output) if it completed.
