@@ -123,10 +123,15 @@ impl Relay<'_> {
             // A named statement acts when it runs: the tracker sees it at each Bind.
             return Ok(Step::PassThrough);
         }
+        // The text ends at its NUL (`memchr`: a byte-by-byte split cost ~4 instructions a byte).
+        let until_nul = |s: &'_ [u8]| -> usize { memchr::memchr(0, s).unwrap_or(s.len()) };
         let sql = if tag == frontend_tag::QUERY {
-            body.split(|b| *b == 0).next().unwrap_or_default()
+            &body[..until_nul(body)]
         } else {
-            body.split(|b| *b == 0).nth(1).unwrap_or_default()
+            // Parse: the statement name, its NUL, then the text.
+            let after_name = (until_nul(body) + 1).min(body.len());
+            let rest = &body[after_name..];
+            &rest[..until_nul(rest)]
         };
         let opts = LexOptions {
             standard_conforming_strings: self.server.params.get("standard_conforming_strings")
