@@ -12,12 +12,15 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use sluice_protocol::encode_parameter_status;
 
-use super::params::{same_value, ParamMap, TrackedSet};
+use super::params::{same_value, ParamMap, TrackedSet, ValuesMark};
 
 /// At most this many client values (beyond the welcome's) are shared per pool: enough for the
 /// application names and settings of a pool's client programs, bounded when every client's
 /// value is its own (application_name_add_host).
 const MAX_SHARED_CLIENT_VALUES: usize = 64;
+
+/// At most this many distinct sets of client values get a shared mark per pool (`mark`).
+const MAX_VALUE_SETS: usize = 64;
 
 #[derive(Debug)]
 pub struct Welcome {
@@ -27,6 +30,8 @@ pub struct Welcome {
     untracked: OnceLock<Bytes>,
     /// Values clients sent that the welcome does not have, one shared copy each (`share`).
     client_values: Mutex<Vec<Arc<str>>>,
+    /// The distinct sets of client values seen, each with its mark (`mark`).
+    marks: Mutex<Vec<(ParamMap, Arc<ValuesMark>)>>,
 }
 
 impl Welcome {
@@ -35,6 +40,7 @@ impl Welcome {
             params,
             untracked: OnceLock::new(),
             client_values: Mutex::new(Vec::new()),
+            marks: Mutex::new(Vec::new()),
         }
     }
 
@@ -55,6 +61,26 @@ impl Welcome {
             }
             None
         });
+    }
+
+    /// Mark a client's (shared, filled) values: clients with equal values get the same mark, so
+    /// a server that matched one matches the others without comparing values (`set_statement`).
+    /// Past `MAX_VALUE_SETS` distinct sets a client gets a mark of its own (still correct: it only
+    /// spares the comparison when the client meets a server it aligned before).
+    pub fn mark(&self, client: &mut ParamMap) {
+        let mut marks = self.marks.lock();
+        let mark = match marks.iter().find(|(values, _)| values == client) {
+            Some((_, m)) => m.clone(),
+            None => {
+                let m = Arc::new(ValuesMark);
+                if marks.len() < MAX_VALUE_SETS {
+                    marks.push((client.clone(), m.clone()));
+                }
+                m
+            }
+        };
+        drop(marks);
+        client.set_mark(mark);
     }
 
     /// Append the greeting of a client whose tracked parameters, filled from this welcome
@@ -120,6 +146,58 @@ mod tests {
         let (c, d) = (login("late"), login("late"));
         assert!(!shared(&c, &d, "application_name"));
         assert_eq!(c, d, "the same values all the same");
+    }
+
+    #[test]
+    fn equal_client_values_share_a_mark_that_any_change_drops() {
+        use crate::server::params::set_statement;
+        let tracked = TrackedSet::new(&[]);
+        let mut first = ParamMap::new();
+        first.set("TimeZone", "UTC");
+        first.set("application_name", "");
+        let welcome = Welcome::new(first.clone());
+        let login = |app: &str| {
+            let mut client = ParamMap::new();
+            client.set("application_name", app);
+            client.fill_tracked_from(&tracked, &welcome.params);
+            welcome.share(&mut client);
+            welcome.mark(&mut client);
+            client
+        };
+        let (a, b, other) = (login("app"), login("app"), login("other"));
+        let same = |x: &ParamMap, y: &ParamMap| match (x.mark(), y.mark()) {
+            (Some(p), Some(q)) => Arc::ptr_eq(p, q),
+            _ => false,
+        };
+        assert!(same(&a, &b));
+        assert!(!same(&a, &other));
+        // A server aligned to `a` takes its mark, so `b` needs no SET and no comparison.
+        let mut server = first;
+        assert_eq!(
+            set_statement(&tracked, &a, &mut server).as_deref(),
+            Some("SET application_name='app';")
+        );
+        server.set("application_name", "app");
+        assert_eq!(set_statement(&tracked, &a, &mut server), None);
+        assert!(same(&server, &b));
+        assert_eq!(set_statement(&tracked, &b, &mut server), None);
+        // A value the server reports changed drops its mark: the client's value is SET again.
+        server.set("TimeZone", "Europe/Berlin");
+        assert!(server.mark().is_none());
+        assert_eq!(
+            set_statement(&tracked, &b, &mut server).as_deref(),
+            Some("SET TimeZone='UTC';")
+        );
+        // So does a change of the client's own values (a SET it ran): compared again.
+        let mut c = login("app");
+        server.set("TimeZone", "UTC");
+        assert_eq!(set_statement(&tracked, &c, &mut server), None);
+        c.set("TimeZone", "Asia/Tokyo");
+        assert!(c.mark().is_none());
+        assert_eq!(
+            set_statement(&tracked, &c, &mut server).as_deref(),
+            Some("SET TimeZone='Asia/Tokyo';")
+        );
     }
 
     #[test]
