@@ -136,7 +136,13 @@ async fn serve_request(
     s.entry.server_id.store(server.id, Ordering::Relaxed);
     // The relay's first clock reading: when the server was linked (query and transaction times
     // count from there, as PgBouncer's do: the wait is wait_time), after any SETs it needed.
-    let mut relay_from = match prepare_server(app, client.id, s, &mut server, max_packet).await {
+    let prepared = if server_ready_now(app, client.id, s, &mut server) {
+        Ok(false)
+    } else {
+        // Boxed: the queries' future would otherwise size every client's task for a rare step.
+        Box::pin(prepare_server(app, client.id, s, &mut server, max_packet)).await
+    };
+    let mut relay_from = match prepared {
         Ok(false) => handed_at,
         Ok(true) => Instant::now(),
         Err(e) => {
@@ -162,7 +168,14 @@ async fn serve_request(
         // clock reading is then too old for the release.)
         s.relay_scratch.take_last_clock();
         let mut notes = BytesMut::new();
-        let check = query::run_scalar(&mut server, PIN_CHECK_SQL, max_packet, &mut notes).await;
+        // Boxed, as `finish` below: a rare step whose future would size every client's task.
+        let check = Box::pin(query::run_scalar(
+            &mut server,
+            PIN_CHECK_SQL,
+            max_packet,
+            &mut notes,
+        ))
+        .await;
         if !notes.is_empty() && client.stream.write_all(&notes).await.is_err() {
             break RelayEnd::ClientGone { clean: false };
         }
@@ -193,7 +206,9 @@ async fn serve_request(
         release_clean(&s.pool, server, released_at, settings);
         return None;
     }
-    finish(s, server, end, settings, released_at).await
+    // Boxed: its future (~820 bytes: reset queries, cleanup) was the largest part of every
+    // client's session state, although the common end above does not use it.
+    Box::pin(finish(s, server, end, settings, released_at)).await
 }
 
 /// The reset query a server runs when a transaction-mode client lets it go (server_reset_query
@@ -212,6 +227,21 @@ fn sync_pin_count(s: &mut Session) {
         s.pool.pin_changed(pinned);
         s.counted_pinned = pinned;
     }
+}
+
+/// `prepare_server`'s common case without a future: the server carries this client's session
+/// state (or neither it nor the client has any) and its tracked parameters match. False when a
+/// query must run first.
+fn server_ready_now(app: &App, client_id: u64, s: &Session, server: &mut PooledServer) -> bool {
+    let carries_mine = server.gucs_dirty && server.gucs_owner == client_id;
+    if !carries_mine {
+        if server.gucs_dirty || s.tracker.has_tracked() {
+            return false;
+        }
+        server.gucs_owner = client_id;
+    }
+    // (When this finds SETs to run, `prepare_server` builds them again: a rare, cold path.)
+    set_statement(&app.tracked, &s.params, &mut server.params).is_none()
 }
 
 /// Make a freshly linked server carry this client's session: undo another client's parameter
