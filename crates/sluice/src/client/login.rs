@@ -36,6 +36,9 @@ pub struct Session {
     pub cancel: CancelHandle,
     /// Buffers the relay reuses from one transaction to the next.
     pub relay_scratch: RelayScratch,
+    /// The client_idle_timeout timer, made at the first wait that needs one and reset at each
+    /// (inline in the wait, it sized every client's session state whether the timeout was set or not).
+    pub idle_sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// Leaves the pool's client count on drop.
     _member: PoolMember,
 }
@@ -185,6 +188,7 @@ pub async fn login(
         counted_pinned: false,
         cancel,
         relay_scratch: RelayScratch::default(),
+        idle_sleep: None,
         _member: member,
     })
 }

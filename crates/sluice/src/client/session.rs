@@ -2,12 +2,13 @@
 //! and relaying until the pool mode says the server goes back (transaction/statement) or the client
 //! leaves (session). Every way out decides whether the server is clean enough to reuse.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::kill::KillSwitch;
 use bytes::BytesMut;
@@ -84,6 +85,7 @@ async fn serve_request(
         client,
         max_packet,
         idle_limit,
+        &mut s.idle_sleep,
         &app.lifecycle,
         &s.entry.kill,
         &s.pool.stats,
@@ -165,31 +167,12 @@ async fn serve_request(
             break end;
         }
         // A pinned client may have released what pinned it: ask the server. (The relay's last
-        // clock reading is then too old for the release.)
+        // clock reading is then too old for the release.) Boxed, as `finish` below: a rare step
+        // whose future would otherwise size every client's session state.
         s.relay_scratch.take_last_clock();
-        let mut notes = BytesMut::new();
-        // Boxed, as `finish` below: a rare step whose future would size every client's task.
-        let check = Box::pin(query::run_scalar(
-            &mut server,
-            PIN_CHECK_SQL,
-            max_packet,
-            &mut notes,
-        ))
-        .await;
-        if !notes.is_empty() && client.stream.write_all(&notes).await.is_err() {
-            break RelayEnd::ClientGone { clean: false };
-        }
-        match check {
-            Ok(Some(n)) if n == "0" => {
-                s.tracker.unpin();
-                sync_pin_count(s);
-                break RelayEnd::Released;
-            }
-            Ok(_) => {
-                relay_from = Instant::now();
-                continue;
-            }
-            Err(e) => break RelayEnd::ServerGone(e.client_notice()),
+        match Box::pin(pin_check(client, s, &mut server, max_packet)).await {
+            Some(end) => break end,
+            None => relay_from = Instant::now(),
         }
     };
     let released_at = s.relay_scratch.take_last_clock();
@@ -209,6 +192,30 @@ async fn serve_request(
     // Boxed: its future (~820 bytes: reset queries, cleanup) was the largest part of every
     // client's session state, although the common end above does not use it.
     Box::pin(finish(s, server, end, settings, released_at)).await
+}
+
+/// Ask a pinned client's server whether anything still pins the session: Some(end) ends the
+/// relay (released, or a side gone), None relays on (still pinned).
+async fn pin_check(
+    client: &mut ClientConn,
+    s: &mut Session,
+    server: &mut PooledServer,
+    max_packet: usize,
+) -> Option<RelayEnd> {
+    let mut notes = BytesMut::new();
+    let check = query::run_scalar(server, PIN_CHECK_SQL, max_packet, &mut notes).await;
+    if !notes.is_empty() && client.stream.write_all(&notes).await.is_err() {
+        return Some(RelayEnd::ClientGone { clean: false });
+    }
+    match check {
+        Ok(Some(n)) if n == "0" => {
+            s.tracker.unpin();
+            sync_pin_count(s);
+            Some(RelayEnd::Released)
+        }
+        Ok(_) => None,
+        Err(e) => Some(RelayEnd::ServerGone(e.client_notice())),
+    }
 }
 
 /// The reset query a server runs when a transaction-mode client lets it go (server_reset_query
@@ -406,15 +413,27 @@ fn release_clean(
 }
 
 /// Wait, unlinked, until the client buffer holds the header of a request.
+#[allow(clippy::too_many_arguments)]
 async fn wait_for_request(
     client: &mut ClientConn,
     max_packet: usize,
     idle_limit: Option<Duration>,
+    idle_sleep: &mut Option<Pin<Box<Sleep>>>,
     lifecycle: &Lifecycle,
     kill: &KillSwitch,
     stats: &PoolStats,
 ) -> Idle {
-    let deadline = idle_limit.map(|d| Instant::now() + d);
+    let mut timer = match idle_limit {
+        Some(d) => {
+            let deadline = Instant::now() + d;
+            match idle_sleep {
+                Some(sleep) => sleep.as_mut().reset(deadline),
+                None => *idle_sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+            idle_sleep.as_mut()
+        }
+        None => None,
+    };
     loop {
         match peek_header(&client.rbuf, max_packet) {
             Ok(Some(h)) if h.tag == frontend_tag::TERMINATE => return Idle::Terminate,
@@ -422,12 +441,10 @@ async fn wait_for_request(
             Ok(None) => {}
             Err(e) => return Idle::Bad(format!("bad packet header: {e}")),
         }
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = poll_fn(|cx| match timer.as_mut() {
+            Some(t) => t.as_mut().poll(cx),
+            None => Poll::Pending,
+        });
         // SUSPEND: with nothing half-read, stop reading (and timing out) until RESUME.
         let suspended = client.suspend.is_suspended();
         let park = suspended && client.rbuf.is_empty();

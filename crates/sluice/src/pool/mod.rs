@@ -368,7 +368,14 @@ impl Pool {
             }
             let checked = settings.check_query.is_some()
                 && rules::needs_check(idle_for, settings.check_delay, true);
-            if let Some(s) = self.prepare_for_use(server, settings, checked).await {
+            // Boxed and only when a check runs: the query's future would otherwise size every
+            // queued client's checkout (and the session frame that holds it) for a rare step.
+            let ready = if checked {
+                Box::pin(self.prepare_for_use(server, settings, checked)).await
+            } else {
+                Some(server)
+            };
+            if let Some(s) = ready {
                 if now == started && !checked {
                     self.note_assignment(Duration::ZERO);
                     return Ok((s, started));
