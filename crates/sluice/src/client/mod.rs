@@ -168,7 +168,16 @@ struct Carried {
 }
 
 /// Serve one accepted connection to completion.
-pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
+///
+/// A plain fn that sets the client up at once and returns an `async move` block, rather than an
+/// `async fn`: an async fn's state keeps its by-value arguments, and here also the socket moved
+/// into the `ClientConn`, next to the locals made from them (~120 bytes), and this state is
+/// every client's task for its whole life.
+pub fn serve(
+    app: Arc<App>,
+    stream: Stream,
+    peer: PeerAddr,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let (guard, count) = ClientGuard::new(&app);
     let id = app.next_client_id();
     let registration = app.registry.register(id, peer.clone());
@@ -178,15 +187,17 @@ pub async fn serve(app: Arc<App>, stream: Stream, peer: PeerAddr) {
         }
     }
     let mut client = ClientConn::new(id, stream, peer, app.control.gate().clone());
-    let outcome = run(&app, &mut client, count, &registration.entry).await;
-    let carried = Carried {
-        _guard: guard,
-        _registration: registration,
-        client,
-    };
-    // Boxed: the closing steps (a FATAL bounded in time, the shutdown) would otherwise size every
-    // idle client's task for them, although they run once, at the end.
-    Box::pin(conclude(app, carried, outcome)).await;
+    async move {
+        let outcome = run(&app, &mut client, count, &registration.entry).await;
+        let carried = Carried {
+            _guard: guard,
+            _registration: registration,
+            client,
+        };
+        // Boxed: the closing steps (a FATAL bounded in time, the shutdown) would otherwise size every
+        // idle client's task for them, although they run once, at the end.
+        Box::pin(conclude(app, carried, outcome)).await;
+    }
 }
 
 /// After a session run: close the client, or carry its session over to another worker's task.
@@ -288,12 +299,43 @@ async fn run(
     count: usize,
     entry: &Arc<registry::ClientEntry>,
 ) -> session::Outcome {
+    let accepted = tokio::time::Instant::now();
+    // In a block, so that nothing of the login (its result, the config it read) is kept in this
+    // future while the session runs: the session's future holds only what the session needs.
+    let s = {
+        // Boxed: the login state machine (TLS handshake, SASL exchange: ~3 KiB, and the login
+        // timer) is freed once the client is in, instead of staying inside every idle client's
+        // task for its lifetime (an admin console client's session runs in it).
+        match Box::pin(login_phase(app, client, count, entry)).await {
+            Ok(s) => s,
+            Err(outcome) => return outcome,
+        }
+    };
+    s.pool
+        .stats
+        .login_time
+        .observe_us(accepted.elapsed().as_micros() as u64);
+    // Boxed: the session's state machine is large, and keeping it out of the spawned
+    // future spares copying it while the task is created and polled. The session stays
+    // in its own box: an async fn keeps a by-value argument twice in its state (as the
+    // argument and as the local), which every idle client would pay for.
+    let _seat = WorkerSeat::take(app);
+    Box::pin(session::run(app, client, s)).await
+}
+
+/// The startup packet, authentication and pool login, bounded by client_login_timeout and
+/// stopped by KILL_CLIENT (or SUSPEND running out of suspend_timeout): the pool session to run,
+/// or how the client ended (an admin console client's whole session runs in here).
+async fn login_phase(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    count: usize,
+    entry: &Arc<registry::ClientEntry>,
+) -> Result<Box<login::Session>, session::Outcome> {
     let cfg = app.config();
     let login_timeout = cfg.settings.client_login_timeout.as_duration();
-    let accepted = tokio::time::Instant::now();
-    // Boxed: the login state machine (TLS handshake, SASL exchange: ~3 KiB) is freed once the
-    // client is in, instead of staying inside every idle client's task for its lifetime. Boxed
-    // where it is made, so that it is copied once (into the box), not again into the select below.
+    // Boxed where it is made (its ~3 KiB are then copied once, into the box, not again into the
+    // select and the timeout below, whose states hold the box's pointer).
     let login = Box::pin(async {
         let info = match startup::read_startup(app, client).await {
             Ok(startup::Startup::Login(info)) => {
@@ -320,39 +362,27 @@ async fn run(
             .await
             .map(|s| LoggedIn::Pool(Box::new(s)))
     });
-    // KILL_CLIENT, or SUSPEND running out of suspend_timeout, may end a client still logging in.
     let login = async {
         tokio::select! {
             r = login => r,
             _ = entry.kill.cancelled() => Err(EndReason::Error(entry.kill.notice())),
         }
     };
-    let session = match login_timeout {
+    let logged_in = match login_timeout {
         Some(t) => match tokio::time::timeout(t, login).await {
             Ok(r) => r,
-            Err(_) => return session::Outcome::End(EndReason::LoginTimeout),
+            Err(_) => Err(EndReason::LoginTimeout),
         },
         None => login.await,
     };
-    match session {
-        Ok(LoggedIn::Pool(s)) => {
-            s.pool
-                .stats
-                .login_time
-                .observe_us(accepted.elapsed().as_micros() as u64);
-            // Boxed: the session's state machine is large, and keeping it out of the spawned
-            // future spares copying it while the task is created and polled. The session stays
-            // in its own box: an async fn keeps a by-value argument twice in its state (as the
-            // argument and as the local), which every idle client would pay for.
-            let _seat = WorkerSeat::take(app);
-            Box::pin(session::run(app, client, s)).await
-        }
-        Ok(LoggedIn::Admin(info, access)) => session::Outcome::End(
+    match logged_in {
+        Ok(LoggedIn::Pool(s)) => Ok(s),
+        Ok(LoggedIn::Admin(info, access)) => Err(session::Outcome::End(
             Box::pin(crate::admin::session::run(
                 app, client, &info, access, entry,
             ))
             .await,
-        ),
-        Err(reason) => session::Outcome::End(reason),
+        )),
+        Err(reason) => Err(session::Outcome::End(reason)),
     }
 }
