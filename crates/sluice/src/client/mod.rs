@@ -171,7 +171,7 @@ struct Carried {
 ///
 /// A plain fn that sets the client up at once and returns an `async move` block, rather than an
 /// `async fn`: an async fn's state keeps its by-value arguments, and here also the socket moved
-/// into the `ClientConn`, next to the locals made from them (~120 bytes), and this state is
+/// into the `ClientConn`, next to the locals made from them (~160 bytes), and this state is
 /// every client's task for its whole life.
 pub fn serve(
     app: Arc<App>,

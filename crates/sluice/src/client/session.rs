@@ -61,6 +61,8 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
         // staying where they are.
         if let Some(to) = app.workers.move_target() {
             if app.lifecycle.phase() == Phase::Running && !client.suspend.is_suspended() {
+                // The idle timer belongs to this worker's time driver: the next worker makes its own.
+                s.idle_sleep = None;
                 return Outcome::Move(to, s);
             }
         }
