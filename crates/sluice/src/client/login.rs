@@ -151,8 +151,7 @@ pub async fn login(
     }
     params.fill_tracked_from(&app.tracked, &welcome.params);
     welcome.share(&mut params);
-    welcome.mark(&mut params);
-    welcome.encode_greeting(&app.tracked, &params, &mut client.wbuf);
+    welcome.mark_and_greet(&app.tracked, &mut params, &mut client.wbuf);
     let cancel = app.cancels.register();
     encode_backend_key_data(cancel.key, &mut client.wbuf);
     encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);

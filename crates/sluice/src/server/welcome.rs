@@ -19,7 +19,8 @@ use super::params::{same_value, ParamMap, TrackedSet, ValuesMark};
 /// value is its own (application_name_add_host).
 const MAX_SHARED_CLIENT_VALUES: usize = 64;
 
-/// At most this many distinct sets of client values get a shared mark per pool (`mark`).
+/// At most this many distinct sets of client values get a shared mark and greeting per pool
+/// (`mark_and_greet`).
 const MAX_VALUE_SETS: usize = 64;
 
 #[derive(Debug)]
@@ -30,8 +31,17 @@ pub struct Welcome {
     untracked: OnceLock<Bytes>,
     /// Values clients sent that the welcome does not have, one shared copy each (`share`).
     client_values: Mutex<Vec<Arc<str>>>,
-    /// The distinct sets of client values seen, each with its mark (`mark`).
-    marks: Mutex<Vec<(ParamMap, Arc<ValuesMark>)>>,
+    /// The distinct sets of client values seen, each with its mark and greeting (`mark_and_greet`).
+    marks: Mutex<Vec<ValueSet>>,
+}
+
+/// One set of client values a pool has seen.
+#[derive(Debug)]
+struct ValueSet {
+    values: ParamMap,
+    mark: Arc<ValuesMark>,
+    /// The tracked part of these clients' greeting (ParameterStatus messages).
+    greeting: Bytes,
 }
 
 impl Welcome {
@@ -63,30 +73,52 @@ impl Welcome {
         });
     }
 
-    /// Mark a client's (shared, filled) values: clients with equal values get the same mark, so
-    /// a server that matched one matches the others without comparing values (`set_statement`).
-    /// Past `MAX_VALUE_SETS` distinct sets a client gets a mark of its own (still correct: it only
-    /// spares the comparison when the client meets a server it aligned before).
-    pub fn mark(&self, client: &mut ParamMap) {
-        let mut marks = self.marks.lock();
-        let mark = match marks.iter().find(|(values, _)| values == client) {
-            Some((_, m)) => m.clone(),
+    /// Mark a client's (shared, filled) values and append its greeting. Clients with equal
+    /// values get the same mark, so a server that matched one matches the others without
+    /// comparing values (`set_statement`), and the same greeting, encoded once per set of values
+    /// (~1,800 instructions per login otherwise). Past `MAX_VALUE_SETS` distinct sets a client
+    /// gets a mark of its own and its greeting is encoded for it (still correct: the mark then
+    /// only spares the comparison when the client meets a server it aligned before).
+    pub fn mark_and_greet(&self, tracked: &TrackedSet, client: &mut ParamMap, out: &mut BytesMut) {
+        let known = {
+            let marks = self.marks.lock();
+            marks
+                .iter()
+                .find(|set| set.values == *client)
+                .map(|set| (set.mark.clone(), set.greeting.clone()))
+        };
+        let (mark, greeting) = match known {
+            Some(known) => known,
             None => {
-                let m = Arc::new(ValuesMark);
+                let mark = Arc::new(ValuesMark);
+                let greeting = self.tracked_greeting(tracked, client);
+                let mut marks = self.marks.lock();
                 if marks.len() < MAX_VALUE_SETS {
-                    marks.push((client.clone(), m.clone()));
+                    marks.push(ValueSet {
+                        values: client.clone(),
+                        mark: mark.clone(),
+                        greeting: greeting.clone(),
+                    });
                 }
-                m
+                (mark, greeting)
             }
         };
-        drop(marks);
         client.set_mark(mark);
+        out.extend_from_slice(self.untracked(tracked));
+        out.extend_from_slice(&greeting);
     }
 
     /// Append the greeting of a client whose tracked parameters, filled from this welcome
-    /// (`ParamMap::fill_tracked_from`), are `client`.
+    /// (`ParamMap::fill_tracked_from`), are `client` (encoded, not looked up).
+    #[cfg(test)]
     pub fn encode_greeting(&self, tracked: &TrackedSet, client: &ParamMap, out: &mut BytesMut) {
-        let untracked = self.untracked.get_or_init(|| {
+        out.extend_from_slice(self.untracked(tracked));
+        out.extend_from_slice(&self.tracked_greeting(tracked, client));
+    }
+
+    /// The ParameterStatus messages every client gets alike (encoded at the first login).
+    fn untracked(&self, tracked: &TrackedSet) -> &Bytes {
+        self.untracked.get_or_init(|| {
             let mut b = BytesMut::new();
             for (k, v) in self.params.iter() {
                 if tracked.canonical(k).is_none() {
@@ -94,11 +126,16 @@ impl Welcome {
                 }
             }
             b.freeze()
-        });
-        out.extend_from_slice(untracked);
+        })
+    }
+
+    /// The ParameterStatus messages of a client's tracked parameters.
+    fn tracked_greeting(&self, tracked: &TrackedSet, client: &ParamMap) -> Bytes {
+        let mut b = BytesMut::new();
         for (k, v) in client.tracked_greeting(tracked, &self.params) {
-            encode_parameter_status(k, v, out);
+            encode_parameter_status(k, v, &mut b);
         }
+        b.freeze()
     }
 }
 
@@ -161,7 +198,7 @@ mod tests {
             client.set("application_name", app);
             client.fill_tracked_from(&tracked, &welcome.params);
             welcome.share(&mut client);
-            welcome.mark(&mut client);
+            welcome.mark_and_greet(&tracked, &mut client, &mut BytesMut::new());
             client
         };
         let (a, b, other) = (login("app"), login("app"), login("other"));
@@ -235,11 +272,23 @@ mod tests {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+        let mut encoded = BytesMut::new();
+        welcome.encode_greeting(&tracked, &client, &mut encoded);
+        assert_eq!(decode_all(&encoded), expected);
         for _ in 0..2 {
-            // The second login copies the cached part.
+            // The first login encodes and keeps the greeting of these values, the second copies it.
             let mut out = BytesMut::new();
-            welcome.encode_greeting(&tracked, &client, &mut out);
-            assert_eq!(decode_all(&out), expected);
+            welcome.mark_and_greet(&tracked, &mut client.clone(), &mut out);
+            assert_eq!(out, encoded);
         }
+        assert_eq!(welcome.marks.lock().len(), 1);
+        // Other values, another greeting.
+        let mut other = client.clone();
+        other.set("application_name", "other");
+        let mut out = BytesMut::new();
+        welcome.mark_and_greet(&tracked, &mut other, &mut out);
+        let got = decode_all(&out);
+        assert!(got.contains(&("application_name".to_string(), "other".to_string())));
+        assert!(!got.contains(&("application_name".to_string(), "app".to_string())));
     }
 }
