@@ -366,12 +366,15 @@ impl Pool {
                 now = Instant::now();
                 continue;
             }
-            let checked = settings.check_query.is_some()
-                && rules::needs_check(idle_for, settings.check_delay, true);
+            let checked = rules::needs_check(
+                idle_for,
+                settings.check_delay,
+                settings.check_query.is_some(),
+            );
             // Boxed and only when a check runs: the query's future would otherwise size every
             // queued client's checkout (and the session frame that holds it) for a rare step.
             let ready = if checked {
-                Box::pin(self.prepare_for_use(server, settings, checked)).await
+                Box::pin(self.check_server(server, settings)).await
             } else {
                 Some(server)
             };
@@ -558,35 +561,32 @@ impl Pool {
         self.release(server, true);
     }
 
-    /// Run server_check_query when `check` (the server idled past server_check_delay). None = it
-    /// failed and was closed.
-    async fn prepare_for_use(
+    /// Run server_check_query on a server that idled past server_check_delay. None = it failed
+    /// and was closed.
+    async fn check_server(
         &self,
         mut server: PooledServer,
         settings: &PoolSettings,
-        check: bool,
     ) -> Option<PooledServer> {
-        if let Some(q) = &settings.check_query {
-            if check {
-                server.set_book_state(ServerState::Tested, Instant::now());
-                self.state.lock().testing += 1;
-                let checked =
-                    query::run_simple(&mut server, q, settings.connect.max_packet_size).await;
-                {
-                    let mut st = self.state.lock();
-                    st.testing = st.testing.saturating_sub(1);
-                }
-                server.set_book_state(ServerState::Active, Instant::now());
-                if let Err(e) = checked {
-                    tracing::warn!(
-                        "S-{}: {} server check failed, closing: {}",
-                        server.id,
-                        self.key,
-                        e
-                    );
-                    return None;
-                }
-            }
+        let Some(q) = &settings.check_query else {
+            return Some(server);
+        };
+        server.set_book_state(ServerState::Tested, Instant::now());
+        self.state.lock().testing += 1;
+        let checked = query::run_simple(&mut server, q, settings.connect.max_packet_size).await;
+        {
+            let mut st = self.state.lock();
+            st.testing = st.testing.saturating_sub(1);
+        }
+        server.set_book_state(ServerState::Active, Instant::now());
+        if let Err(e) = checked {
+            tracing::warn!(
+                "S-{}: {} server check failed, closing: {}",
+                server.id,
+                self.key,
+                e
+            );
+            return None;
         }
         Some(server)
     }

@@ -32,7 +32,7 @@ pub const ALWAYS_TRACKED: &[&str] = SLOTS.split_at(5).0;
 /// list.
 ///
 /// `mark` makes the common hand-out one pointer comparison: a client's map carries the mark its
-/// pool's welcome gave its values (`Welcome::mark`; clients with equal values get the same mark),
+/// pool's welcome gave its values (`Welcome::mark_and_greet`; clients with equal values get the same mark),
 /// and a server's map the mark of the client values it was last found to match. Every change
 /// of values drops the map's mark, so equal marks mean "nothing to SET" (`set_statement`).
 #[derive(Debug, Clone, Default)]
@@ -157,7 +157,7 @@ impl ParamMap {
         self.mark.as_ref()
     }
 
-    /// Give this (client) map's values their mark (`Welcome::mark`).
+    /// Give this (client) map's values their mark (`Welcome::mark_and_greet`).
     pub fn set_mark(&mut self, mark: Arc<ValuesMark>) {
         self.mark = Some(mark);
     }
