@@ -125,11 +125,11 @@ async fn serve_request(
     // in line. `biased`: no random branch order to draw per request; the kill switch goes first
     // so a busy client cannot outrun a KILL.
     let checkout = match s.pool.try_checkout_now(arrived, settings) {
-        Some(server) => Ok((server, arrived)),
-        None => tokio::select! {
+        Ok(server) => Ok((server, arrived)),
+        Err(queued) => tokio::select! {
             biased;
             _ = s.entry.kill.cancelled_armed() => return Some(killed(&s.entry.kill)),
-            r = s.pool.checkout_at(arrived, settings) => r,
+            r = s.pool.checkout_at(arrived, settings, queued) => r,
         },
     };
     let (mut server, handed_at) = match checkout {

@@ -65,6 +65,9 @@ enum Ticket {
     Queued(oneshot::Receiver<WaiterReply>, Vec<ServerSlots>),
 }
 
+/// A request in line for a server (see `Pool::try_checkout_now`).
+pub struct Queued(oneshot::Receiver<WaiterReply>);
+
 struct Waiter {
     since: Instant,
     /// The worker the waiting client runs on (see `pick_waiter`).
@@ -334,7 +337,7 @@ impl Pool {
     /// Get a server: an idle one if any (checked with server_check_query when it idled too long), else
     /// wait in line while the pool opens one, up to query_wait_timeout.
     pub async fn checkout(self: &Arc<Self>) -> Result<PooledServer, PoolError> {
-        self.checkout_at(Instant::now(), &self.settings())
+        self.checkout_at(Instant::now(), &self.settings(), None)
             .await
             .map(|(s, _)| s)
     }
@@ -344,14 +347,20 @@ impl Pool {
     /// (none); the clock is read again only after an actual wait or server check. Returns the
     /// server and when it was handed over (`started` when at once). `settings`: the caller's
     /// snapshot of this pool's (a reload during the wait applies from the next request).
+    /// `queued`: the request's place in line from `try_checkout_now`, if it took one.
     pub async fn checkout_at(
         self: &Arc<Self>,
         started: Instant,
         settings: &Arc<PoolSettings>,
+        mut queued: Option<Queued>,
     ) -> Result<(PooledServer, Instant), PoolError> {
         let mut now = started;
         loop {
-            let (mut server, idle_for) = match self.take_or_queue(settings, now)? {
+            let ticket = match queued.take() {
+                Some(Queued(rx)) => Ticket::Queued(rx, Vec::new()),
+                None => self.take_or_queue(settings, now)?,
+            };
+            let (mut server, idle_for) = match ticket {
                 Ticket::Idle(conn, idle_for) => (PooledServer::new(conn, self.clone()), idle_for),
                 Ticket::Queued(rx, slots) => {
                     self.spawn_connects(slots, settings);
@@ -392,27 +401,37 @@ impl Pool {
     }
 
     /// The common hand-out without a future to poll: an idle server that needs no check, at
-    /// `started`. None sends the request the async way (`checkout_at`): nothing idle, the pool
-    /// paused or removed, a server due for server_check_query (left idle for that path), or one
-    /// that could not move to this worker (closed).
+    /// `started`. Otherwise `Err`, for `checkout_at` to go on with: `Some(queued)` when nothing
+    /// was idle and the request is already in line (under the same lock: at many clients every
+    /// request queues, and a second pass through the lock found the same empty pool); `None` when
+    /// the pool is paused, removed or failing logins, a server is due for server_check_query (left
+    /// idle for that path), or one could not move to this worker (closed).
     pub fn try_checkout_now(
         self: &Arc<Self>,
         started: Instant,
-        settings: &PoolSettings,
-    ) -> Option<PooledServer> {
+        settings: &Arc<PoolSettings>,
+    ) -> Result<PooledServer, Option<Queued>> {
         let conn = {
             let mut st = self.state.lock();
             if st.removed || st.paused {
-                return None;
+                return Err(None);
             }
-            let (conn, idle_for) = self.take_idle(&mut st, settings, started)?;
+            let Some((conn, idle_for)) = self.take_idle(&mut st, settings, started) else {
+                if self.login_failing(&st, settings).is_some() {
+                    return Err(None);
+                }
+                let (rx, slots) = self.queue_locked(&mut st, settings);
+                drop(st);
+                self.spawn_connects(slots, settings);
+                return Err(Some(Queued(rx)));
+            };
             if rules::needs_check(
                 idle_for,
                 settings.check_delay,
                 settings.check_query.is_some(),
             ) {
                 st.idle.push_back(conn);
-                return None;
+                return Err(None);
             }
             st.active += 1;
             conn.set_book_state(ServerState::Active, started);
@@ -420,10 +439,10 @@ impl Pool {
         };
         let mut server = PooledServer::new(conn, self.clone());
         if !Self::settle_here(&mut server) {
-            return None;
+            return Err(None);
         }
         self.note_assignment(Duration::ZERO);
-        Some(server)
+        Ok(server)
     }
 
     /// A server from another worker's client (or connect task) moves to this worker, once,
@@ -457,12 +476,32 @@ impl Pool {
                 conn.set_book_state(ServerState::Active, now);
                 return Ok(Ticket::Idle(conn, idle_for));
             }
-            if let Some(f) = &st.failure {
-                if self.servers.current() == 0 && f.at.elapsed() < settings.login_retry {
-                    return Err(PoolError::LoginFailing(f.message.clone()));
-                }
+            if let Some(f) = self.login_failing(&st, settings) {
+                return Err(PoolError::LoginFailing(f.message.clone()));
             }
         }
+        let (rx, slots) = self.queue_locked(&mut st, settings);
+        Ok(Ticket::Queued(rx, slots))
+    }
+
+    /// The last server login failure while no server is open, for login_retry after it: new
+    /// requests fail at once with its message instead of waiting for a server that will not come.
+    fn login_failing<'a>(
+        &self,
+        st: &'a PoolState,
+        settings: &PoolSettings,
+    ) -> Option<&'a LoginFailure> {
+        st.failure
+            .as_ref()
+            .filter(|f| self.servers.current() == 0 && f.at.elapsed() < settings.login_retry)
+    }
+
+    /// Put a request in line (under the pool's lock) and plan the connections to open for it.
+    fn queue_locked(
+        self: &Arc<Self>,
+        st: &mut PoolState,
+        settings: &PoolSettings,
+    ) -> (oneshot::Receiver<WaiterReply>, Vec<ServerSlots>) {
         let (tx, rx) = oneshot::channel();
         st.waiters.push_back(Waiter {
             // Read under the lock, not the caller's `now`: waiters stay ordered by `since`, which
@@ -471,8 +510,7 @@ impl Pool {
             worker: crate::workers::current(),
             tx,
         });
-        let slots = self.plan_locked(&mut st, settings);
-        Ok(Ticket::Queued(rx, slots))
+        (rx, self.plan_locked(st, settings))
     }
 
     fn note_assignment(&self, waited: Duration) {

@@ -466,13 +466,27 @@ async fn an_idle_server_is_handed_out_without_a_future_unless_it_needs_a_check()
     s.check_query = Some("SELECT 1".into());
     let pool = pool_with(s, &f, ConnCounter::new());
     let settings = pool.settings();
-    // Nothing idle yet: the async way opens one.
-    assert!(pool.try_checkout_now(Instant::now(), &settings).is_none());
-    let first = pool.checkout().await.unwrap();
+    // Nothing idle yet: the request is put in line at once (one pass through the lock) and a
+    // server is opened for it; the async way waits for it with that place in line.
+    let queued = pool
+        .try_checkout_now(Instant::now(), &settings)
+        .err()
+        .expect("nothing idle");
+    assert!(queued.is_some());
+    let c = pool.counts();
+    assert_eq!((c.waiting, c.connecting), (1, 1));
+    let (first, _) = pool
+        .checkout_at(Instant::now(), &settings, queued)
+        .await
+        .unwrap();
+    assert_eq!(pool.counts().waiting, 0);
     let id = first.id;
     pool.release(first, true);
     let now = Instant::now();
-    let server = pool.try_checkout_now(now, &settings).expect("idle server");
+    let server = pool
+        .try_checkout_now(now, &settings)
+        .ok()
+        .expect("idle server");
     assert_eq!(server.id, id);
     let c = pool.counts();
     assert_eq!((c.active, c.idle, c.used), (1, 0, 0));
@@ -480,10 +494,17 @@ async fn an_idle_server_is_handed_out_without_a_future_unless_it_needs_a_check()
     pool.release(server, true);
     // Idle past server_check_delay: left idle for the async path, which runs the check.
     tokio::time::sleep(settings.check_delay).await;
-    assert!(pool.try_checkout_now(Instant::now(), &settings).is_none());
+    assert!(matches!(
+        pool.try_checkout_now(Instant::now(), &settings),
+        Err(None)
+    ));
     let c = pool.counts();
     assert_eq!((c.active, c.idle + c.used), (0, 1));
     // A paused pool hands nothing out this way.
     pool.set_paused(true);
-    assert!(pool.try_checkout_now(Instant::now(), &settings).is_none());
+    assert!(matches!(
+        pool.try_checkout_now(Instant::now(), &settings),
+        Err(None)
+    ));
+    assert_eq!(pool.counts().waiting, 0);
 }
