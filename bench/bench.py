@@ -6,8 +6,12 @@ Started by bench/run.sh. Environment:
   BENCH_DURATION      seconds per pgbench run (default 10)
   BENCH_REPEATS       repetitions of the whole scenario list, interleaved (default 3)
   BENCH_SCALE         pgbench -i scale (default 10)
-  BENCH_TARGETS       comma list out of direct,pgbouncer,sluice,sluice_w1 (default all);
-                      sluice_w1 is Sluice with `[sluice] workers = 1`, run for the -S scenarios only
+  BENCH_TARGETS       comma list out of direct,pgbouncer,sluice,sluice_w1,floor_epoll,floor_uring
+                      (default all); sluice_w1 is Sluice with `[sluice] workers = 1`, run for the
+                      -S scenarios only; floor_epoll and floor_uring are bench/floor's forwarder
+                      (one server connection per client, bytes copied without a look: the least CPU
+                      any pooler can spend here), run for select_c10 and select_extended_c50 only
+  FLOOR_BIN           bench/floor's binary (set by run.sh; empty: the floor targets are skipped)
   BENCH_SCENARIOS     comma list of scenario names (default all, see SCENARIOS)
   BENCH_IDLE_CLIENTS  idle logged-in clients held open by the idle_clients scenario (default 10000)
   BENCH_IDLE_BATCH    concurrent logins while opening them (default 500)
@@ -46,24 +50,26 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 USER, PASSWORD, DB = "bench_user", "bench_pass", "bench"  # SCRAM secret
 MD5_USER, MD5_PASSWORD = "bench_md5", "bench_md5_pass"  # md5 secret
 PASSWORDS = {USER: PASSWORD, MD5_USER: MD5_PASSWORD}
-TARGETS = ["direct", "pgbouncer", "sluice", "sluice_w1"]
+TARGETS = ["direct", "pgbouncer", "sluice", "sluice_w1", "floor_epoll", "floor_uring"]
+FLOORS = ("floor_epoll", "floor_uring")
 POOLERS = TARGETS[1:]
 
-def scenario(name, args, clients, user=USER, kind="pgbench", w1=False):
+def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=False):
     """kind: pgbench (cpu per transaction), login (-C: one login per transaction, cpu per login),
-    idle (hold idle logged-in clients, RSS per client; poolers only). w1: also run on sluice_w1."""
-    return {"name": name, "args": args, "clients": clients, "user": user, "kind": kind, "w1": w1}
+    idle (hold idle logged-in clients, RSS per client; poolers only). w1: also run on sluice_w1.
+    floor: also run on the floor forwarders (one server connection per client: few clients only)."""
+    return {"name": name, "args": args, "clients": clients, "user": user, "kind": kind, "w1": w1, "floor": floor}
 
 
 SCENARIOS = [
-    scenario("select_c10", ["-S"], 10, w1=True),
+    scenario("select_c10", ["-S"], 10, w1=True, floor=True),
     scenario("select_c100", ["-S"], 100, w1=True),
     scenario("select_c1000", ["-S"], 1000, w1=True),
     # New client login per transaction: SCRAM secret (pass-through to the server) and md5 secret.
     scenario("connect_select1_c20", ["-C", "-f", "{select1}"], 20, kind="login"),
     scenario("connect_md5_select1_c20", ["-C", "-f", "{select1}"], 20, user=MD5_USER, kind="login"),
     scenario("tpcb_c50", [], 50),
-    scenario("select_extended_c50", ["-S", "-M", "extended"], 50),
+    scenario("select_extended_c50", ["-S", "-M", "extended"], 50, floor=True),
     # Named prepared statements through transaction pooling (PgBouncer >= 1.21 remaps them;
     # the Debian PgBouncer 1.18 does not, so its row shows the failures operators used to get).
     scenario("select_prepared_c50", ["-S", "-M", "prepared"], 50),
@@ -75,6 +81,8 @@ SCENARIOS = [
 def applies(sc, target):
     if target == "sluice_w1":
         return sc["w1"]
+    if target in FLOORS:
+        return sc["floor"]
     if sc["kind"] == "idle":
         return target != "direct"
     return True
@@ -263,7 +271,7 @@ class Pooler:
     """PgBouncer or Sluice with an identical pgbouncer.ini (only port and dir differ)."""
 
     def __init__(self, name, cmd_prefix, binary, base, cluster, secrets, owner_pg, nofile, max_client_conn,
-                 extra_ini="", forced_nofile=False):
+                 extra_ini="", forced_nofile=False, args=None):
         self.name, self.binary = name, binary
         self.dir = os.path.join(base, name)
         os.mkdir(self.dir)
@@ -289,6 +297,9 @@ class Pooler:
             self.cmd = ["sh", "-c", f'ulimit -n {nofile} && exec "$0" "$1"', binary, ini]
         else:
             self.cmd = [binary, ini]
+        if args is not None:
+            # Not a pgbouncer.ini reader (the floor forwarder): its own arguments.
+            self.cmd = [binary] + [a.format(port=self.port, pg_port=cluster.port) for a in args]
         self.runner_pid_is_child = bool(cmd_prefix)
         self.proc = None
         self.pid = None
@@ -632,7 +643,7 @@ def print_table(results, scenario_order):
 
 def summarize(results, scenarios):
     """Per scenario x target over the repeats (failed runs excluded): median, min, max; ratios of the
-    medians Sluice (and sluice_w1) / PgBouncer."""
+    medians Sluice (sluice_w1, the floor forwarders) / PgBouncer."""
     out = []
     for sc in scenarios:
         med = {}
@@ -652,7 +663,7 @@ def summarize(results, scenarios):
             med[t] = row
             out.append(row)
         base = med.get("pgbouncer")
-        for t in ("sluice", "sluice_w1"):
+        for t in ("sluice", "sluice_w1") + FLOORS:
             row = med.get(t)
             if not row:
                 continue
@@ -764,6 +775,11 @@ def main():
             "sluice": ([], sluice_bin, False, "", "binary not available (build failed?)"),
             "sluice_w1": ([], sluice_bin, False, "\n[sluice]\nworkers = 1\n", "binary not available (build failed?)"),
         }
+        floor_bin = os.environ.get("FLOOR_BIN", "")
+        floor_args = {t: [t.split("_")[1], "{port}", "{pg_port}"] for t in FLOORS}
+        for t in FLOORS:
+            specs[t] = ([], floor_bin, False, "", "bench/floor not built (cargo build --release "
+                        "--manifest-path bench/floor/Cargo.toml) or FLOOR_BIN not set")
         for name in POOLERS:
             if name not in targets:
                 continue
@@ -772,7 +788,7 @@ def main():
                 skipped[name] = missing
                 continue
             p = Pooler(name, prefix, binary, base, cluster, secrets, owner_pg, pooler_nofile or nofile,
-                       max_client_conn, extra, forced_nofile=bool(pooler_nofile))
+                       max_client_conn, extra, forced_nofile=bool(pooler_nofile), args=floor_args.get(name))
             if p.start():
                 poolers[name] = p
             else:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark: direct PostgreSQL vs PgBouncer vs Sluice (1 and all worker threads): pgbench in
-# transaction pooling (tps, p50/p99, CPU per transaction and per login) and RSS per idle client.
+# transaction pooling (tps, p50/p99, CPU per transaction and per login) and RSS per idle client;
+# for two scenarios also bench/floor's bare forwarder (epoll, io_uring) as the floor of pooler CPU.
 #   bench/run.sh                                     # 3 interleaved repeats of 10 s, ~20 min
 #   BENCH_DURATION=3 BENCH_REPEATS=1 BENCH_IDLE_CLIENTS=2000 bench/run.sh   # quick check
 # Knobs (BENCH_TARGETS, BENCH_SCENARIOS, BENCH_IDLE_CLIENTS, SLUICE_BIN, ...): bench/README.md.
@@ -27,4 +28,17 @@ if [ -z "${SLUICE_BIN:-}" ]; then
     fi
 fi
 export SLUICE_BIN="${SLUICE_BIN:-}"
+
+# The floor forwarder (bench/floor: the least CPU any pooler can spend per transaction here).
+floor_manifest="$root/bench/floor/Cargo.toml"
+floor_built="$root/bench/floor/target/release/floor"
+if [ -z "${FLOOR_BIN:-}" ] && [[ ",${BENCH_TARGETS:-floor}," == *,floor* ]]; then
+    if [ -z "${BENCH_NO_BUILD:-}" ]; then
+        echo "==> cargo build --release --manifest-path bench/floor/Cargo.toml" >&2
+        cargo build --release --manifest-path "$floor_manifest" >&2 \
+            || echo "==> WARNING: building bench/floor failed; benchmarking without it" >&2
+    fi
+    [ -x "$floor_built" ] && FLOOR_BIN="$floor_built"
+fi
+export FLOOR_BIN="${FLOOR_BIN:-}"
 exec python3 "$root/bench/bench.py" "$@"
