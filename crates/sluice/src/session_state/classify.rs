@@ -207,17 +207,36 @@ fn head_of(word: &[u8]) -> Head {
 }
 
 /// Bytes at which `fast_plain` has to look closer: `;`, comment starts, the underscore of the
-/// call names and the `i` of `INTO`.
-static FAST_SCAN_BYTES: [bool; 256] = {
-    let mut t = [false; 256];
+/// call names and the `i` of `INTO` (1; 0 for the rest).
+static FAST_SCAN_BYTES: [u8; 256] = {
+    let mut t = [0; 256];
     let interesting = b";-/_iI";
     let mut i = 0;
     while i < interesting.len() {
-        t[interesting[i] as usize] = true;
+        t[interesting[i] as usize] = 1;
         i += 1;
     }
     t
 };
+
+/// The index of the first byte in `s` that `fast_plain` has to look at. Eight bytes at a time:
+/// their table entries OR-ed together (no branch per byte), the exact place searched only in
+/// the block that has one. A byte-by-byte loop cost ~8 instructions per byte of every query text
+/// (callgrind, pgbench -S); this ~3.
+pub(super) fn next_interesting(s: &[u8]) -> Option<usize> {
+    let hit = |b: &u8| FAST_SCAN_BYTES[*b as usize] != 0;
+    let (blocks, tail) = s.as_chunks::<8>();
+    for (n, block) in blocks.iter().enumerate() {
+        if block
+            .iter()
+            .fold(0, |m, b| m | FAST_SCAN_BYTES[*b as usize])
+            != 0
+        {
+            return block.iter().position(hit).map(|p| n * 8 + p);
+        }
+    }
+    tail.iter().position(hit).map(|p| blocks.len() * 8 + p)
+}
 
 /// The common case without lexing: a single statement opening with an ordinary keyword and
 /// holding no semicolon, no comment and nothing the call scan could match. Returns its text.
@@ -228,8 +247,8 @@ static FAST_SCAN_BYTES: [bool; 256] = {
 /// `set_config`, ...), and `INTO TEMP` needs an `into`. (The letters of the names themselves
 /// would stop it in most table and column names.) Anything that might be one of them, even
 /// inside a string or a quoted name, sends the text to the full classification, which is exact.
-/// A table lookup per byte: `memchr` was no faster on texts this short (its set-up per call
-/// outweighs the SIMD; callgrind, pgbench -S).
+/// A table lookup per byte, eight at a time (`next_interesting`): `memchr` was no faster on texts
+/// this short (its set-up per call outweighs the SIMD; callgrind, pgbench -S).
 fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
     let first = lexer.next()?;
     if first.kind != TokenKind::Word {
@@ -245,10 +264,11 @@ fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
         rest.get(at..at + needle.len())
             .is_some_and(|w| w.eq_ignore_ascii_case(needle))
     };
-    for (i, &b) in rest.iter().enumerate() {
-        if !FAST_SCAN_BYTES[b as usize] {
-            continue;
-        }
+    let mut from = 0;
+    while let Some(skip) = next_interesting(&rest[from..]) {
+        let i = from + skip;
+        from = i + 1;
+        let b = rest[i];
         let hit = match b {
             // A last `;` ends the only statement (or sits in something left open): no split.
             b';' => !rest[i + 1..].iter().all(|b| is_space(*b)),

@@ -54,6 +54,44 @@ fn shortcut_agrees_with_the_full_classification() {
     ));
 }
 
+/// The shortcut's byte scan goes eight bytes at a time: what it must stop at is found wherever it
+/// falls relative to those blocks, and in the tail after the last whole block.
+#[test]
+fn shortcut_stops_at_every_offset() {
+    for pad in 0..24 {
+        let c = "c".repeat(pad + 1);
+        for sql in [
+            format!("SELECT {c}, pg_advisory_lock(1)"),
+            format!("SELECT {c}, set_config('a.b', 'c', false)"),
+            format!("SELECT {c} INTO TEMP t FROM x"),
+            format!("SELECT {c}; LISTEN x"),
+            format!("SELECT {c} /* ; */; LISTEN x"),
+        ] {
+            assert!(might_affect_session(&sql), "{sql}");
+            assert!(
+                classify(&sql).any(|s| s.kind.affects_session()),
+                "{sql}: the shortcut passed it as plain"
+            );
+        }
+        let plain = format!("SELECT {c} FROM pgbench_accounts WHERE aid = 1;");
+        assert!(!might_affect_session(&plain), "{plain}");
+    }
+    // The scan itself: one byte of interest at every place of texts of every length around the
+    // block size, in whole blocks and in the tail.
+    use super::super::classify::next_interesting;
+    for len in 0..40 {
+        let mut text = vec![b'x'; len];
+        assert_eq!(next_interesting(&text), None, "len {len}");
+        for at in 0..len {
+            for b in *b";-/_iI" {
+                text[at] = b;
+                assert_eq!(next_interesting(&text), Some(at), "len {len} at {at}");
+                text[at] = b'x';
+            }
+        }
+    }
+}
+
 #[test]
 fn look_alikes_are_not_statements() {
     for sql in [
