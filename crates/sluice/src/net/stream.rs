@@ -113,6 +113,16 @@ impl Stream {
         if buf.is_empty() && matches!(self, Stream::Tcp(_) | Stream::Unix(_)) {
             let stream = &*self;
             std::future::poll_fn(|cx| {
+                // Readiness already seen (woken for the request, or it came first): nothing to
+                // register; `poll_read_ready` would also charge the cooperative budget.
+                let seen = match stream {
+                    Stream::Tcp(s) => readable_now(s),
+                    Stream::Unix(s) => readable_now(s),
+                    _ => true,
+                };
+                if seen {
+                    return Poll::Ready(Ok(()));
+                }
                 let ready = match stream {
                     Stream::Tcp(s) => s.poll_read_ready(cx),
                     Stream::Unix(s) => s.poll_read_ready(cx),
