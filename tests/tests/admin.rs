@@ -345,6 +345,14 @@ async fn every_show_has_the_reference_columns_and_types() {
     assert!(pid > 0, "remote_pid is the backend pid");
     let clients = show(&mut c, "clients").await;
     assert_eq!(clients.rows.len(), 2, "app client + this console");
+    // Listening on one IP, the client's local address is the listener's (no getsockname).
+    let user = clients.col("user");
+    let is_app = |r: &[Option<String>]| r[user].as_deref() == Some("app");
+    assert_eq!(
+        clients.find("local_addr", is_app).as_deref(),
+        Some("127.0.0.1")
+    );
+    assert_eq!(clients.find("local_port", is_app), Some(s.port.to_string()));
     let help = c.query("SHOW HELP").await.unwrap();
     assert!(help.notices[0].contains("KILL_CLIENT"), "{help:?}");
     let enc = c.query("SHOW client_encoding").await.unwrap();

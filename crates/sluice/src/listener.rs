@@ -242,6 +242,11 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
             return;
         }
     };
+    // Bound to one IP, the listener's address is every accepted connection's local address.
+    let local = listener
+        .local_addr()
+        .ok()
+        .filter(|a| !a.ip().is_unspecified());
     let mut active = listening
         .steers
         .then(|| app.workers.watch_active())
@@ -278,7 +283,7 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
                     r = listener.accept() => match r {
                         Ok((sock, addr)) => {
                             tune_tcp(&sock, &tcp_tuning(&app.config()));
-                            tokio::spawn(crate::client::serve(app.clone(), Stream::Tcp(sock), PeerAddr::Tcp(addr)));
+                            tokio::spawn(crate::client::serve(app.clone(), Stream::Tcp(sock), PeerAddr::Tcp(addr), local));
                         }
                         Err(e) => {
                             tracing::warn!("accept failed: {e}");
@@ -341,6 +346,7 @@ fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i
             app,
             Stream::Unix(sock),
             PeerAddr::Unix { pid },
+            None,
         ));
         return;
     };
@@ -349,7 +355,8 @@ fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i
             worker.clone().spawn(async move {
                 match tokio::net::UnixStream::from_std(std) {
                     Ok(sock) => {
-                        crate::client::serve(app, Stream::Unix(sock), PeerAddr::Unix { pid }).await
+                        crate::client::serve(app, Stream::Unix(sock), PeerAddr::Unix { pid }, None)
+                            .await
                     }
                     Err(e) => tracing::warn!("cannot hand a client to a worker: {e}"),
                 }

@@ -173,16 +173,21 @@ struct Carried {
 /// `async fn`: an async fn's state keeps its by-value arguments, and here also the socket moved
 /// into the `ClientConn`, next to the locals made from them (~160 bytes), and this state is
 /// every client's task for its whole life.
+///
+/// `listen_addr`: the listening socket's address when it names one IP, which is then the
+/// connection's local address (SHOW CLIENTS) without a `getsockname` call per login; `None` for a
+/// wildcard listener (`*`), where the call is made.
 pub fn serve(
     app: Arc<App>,
     stream: Stream,
     peer: PeerAddr,
+    listen_addr: Option<std::net::SocketAddr>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let (guard, count) = ClientGuard::new(&app);
     let id = app.next_client_id();
     let registration = app.registry.register(id, peer.clone());
     if let Some(s) = stream.tcp() {
-        if let Ok(a) = s.local_addr() {
+        if let Some(a) = listen_addr.or_else(|| s.local_addr().ok()) {
             let _ = registration.entry.local_addr.set(a);
         }
     }
@@ -283,7 +288,12 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
             why
         );
     }
-    let _ = client.stream.shutdown().await;
+    // A plaintext client that closed (Terminate or EOF) is owed nothing more: closing the socket
+    // (on drop) sends the FIN, a shutdown first would be one more system call per login. TLS
+    // still sends its close_notify; after an error the FIN goes out behind the FATAL.
+    if client.stream.is_tls() || !matches!(reason, EndReason::ClientClosed | EndReason::NoSession) {
+        let _ = client.stream.shutdown().await;
+    }
 }
 
 /// Where a login leads: a pool, or the admin console.
