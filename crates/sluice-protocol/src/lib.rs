@@ -43,6 +43,6 @@ pub use frontend::{
 pub use header::{peek_header, Header, HEADER_LEN};
 pub use startup::{
     decode_startup, encode_cancel_request, encode_gssenc_request, encode_ssl_request,
-    encode_startup, CancelKey, StartupPacket, CANCEL_REQUEST_CODE, GSSENC_REQUEST_CODE,
-    MAX_STARTUP_LEN, PROTOCOL_3_0, SSL_REQUEST_CODE,
+    encode_startup, startup_len, CancelKey, StartupPacket, CANCEL_REQUEST_CODE,
+    GSSENC_REQUEST_CODE, MAX_STARTUP_LEN, PROTOCOL_3_0, SSL_REQUEST_CODE,
 };

@@ -44,9 +44,10 @@ impl CancelKey {
     }
 }
 
-/// A decoded startup-phase packet.
+/// A decoded startup-phase packet, borrowing its parameters from the bytes it was decoded from
+/// (a login copies only what it keeps).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartupPacket {
+pub enum StartupPacket<'a> {
     SslRequest,
     GssEncRequest,
     Cancel(CancelKey),
@@ -54,7 +55,7 @@ pub enum StartupPacket {
     /// Minor versions > 0 are accepted (minor reported so the pooler can send NegotiateProtocolVersion).
     Startup {
         minor: u16,
-        params: Vec<(String, String)>,
+        params: Vec<(&'a str, &'a str)>,
     },
 }
 
@@ -63,20 +64,10 @@ pub enum StartupPacket {
 /// `Ok(None)` means more bytes are needed. The length is checked (8..=MAX_STARTUP_LEN) as soon
 /// as its 4 bytes are present, so an oversized announcement is refused before buffering it.
 /// Returns the packet and the number of bytes it occupied.
-pub fn decode_startup(buf: &[u8]) -> Result<Option<(StartupPacket, usize)>, ProtocolError> {
-    let Some(&[a, b, c, d]) = buf.get(..4) else {
+pub fn decode_startup(buf: &[u8]) -> Result<Option<(StartupPacket<'_>, usize)>, ProtocolError> {
+    let Some(len) = startup_len(buf)? else {
         return Ok(None);
     };
-    let len = u32::from_be_bytes([a, b, c, d]) as usize;
-    if len < REQUEST_LEN {
-        return Err(ProtocolError::BadHeader);
-    }
-    if len > MAX_STARTUP_LEN {
-        return Err(ProtocolError::TooLarge {
-            len,
-            max: MAX_STARTUP_LEN,
-        });
-    }
     let Some(packet) = buf.get(4..len) else {
         return Ok(None);
     };
@@ -112,9 +103,30 @@ pub fn decode_startup(buf: &[u8]) -> Result<Option<(StartupPacket, usize)>, Prot
     Ok(Some((decoded, len)))
 }
 
+/// The length of the startup-phase packet at the start of `buf` once all of it is there (`Ok(None)`
+/// before), checked as `decode_startup` checks it: a caller can split the packet off its buffer and
+/// decode it from there, its parameters borrowing the split-off bytes.
+pub fn startup_len(buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
+    let Some(&[a, b, c, d]) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes([a, b, c, d]) as usize;
+    if len < REQUEST_LEN {
+        return Err(ProtocolError::BadHeader);
+    }
+    if len > MAX_STARTUP_LEN {
+        return Err(ProtocolError::TooLarge {
+            len,
+            max: MAX_STARTUP_LEN,
+        });
+    }
+    Ok((buf.len() >= len).then_some(len))
+}
+
 /// Key/value C strings ending with an empty key, which must be the packet's last byte.
-fn decode_params(r: &mut Reader<'_>) -> Result<Vec<(String, String)>, ProtocolError> {
-    let mut params = Vec::new();
+fn decode_params<'a>(r: &mut Reader<'a>) -> Result<Vec<(&'a str, &'a str)>, ProtocolError> {
+    // Room for what drivers send (user, database, application_name, client_encoding, ...).
+    let mut params = Vec::with_capacity(8);
     loop {
         let key = r.cstr()?;
         if key.is_empty() {
@@ -122,7 +134,7 @@ fn decode_params(r: &mut Reader<'_>) -> Result<Vec<(String, String)>, ProtocolEr
             return Ok(params);
         }
         let value = r.cstr()?;
-        params.push((key.to_owned(), value.to_owned()));
+        params.push((key, value));
     }
 }
 
@@ -161,7 +173,7 @@ pub fn encode_gssenc_request(out: &mut BytesMut) {
 mod tests {
     use super::*;
 
-    fn decode_all(b: &[u8]) -> StartupPacket {
+    fn decode_all(b: &[u8]) -> StartupPacket<'_> {
         let (p, n) = decode_startup(b).unwrap().unwrap();
         assert_eq!(n, b.len());
         p
@@ -179,11 +191,7 @@ mod tests {
             p,
             StartupPacket::Startup {
                 minor: 0,
-                params: vec![
-                    ("user".into(), "alice".into()),
-                    ("database".into(), "db".into()),
-                    ("options".into(), "".into()),
-                ],
+                params: vec![("user", "alice"), ("database", "db"), ("options", "")],
             }
         );
     }
@@ -226,6 +234,23 @@ mod tests {
         for i in 0..out.len() {
             assert_eq!(decode_startup(&out[..i]), Ok(None), "prefix {i}");
         }
+    }
+
+    #[test]
+    fn length_known_once_the_packet_is_whole() {
+        let mut out = BytesMut::new();
+        encode_startup(&[("user", "alice")], &mut out);
+        let n = out.len();
+        encode_ssl_request(&mut out);
+        assert_eq!(startup_len(&out), Ok(Some(n)));
+        for i in 0..n {
+            assert_eq!(startup_len(&out[..i]), Ok(None), "prefix {i}");
+        }
+        assert_eq!(startup_len(b"\0\0\0\x07"), Err(ProtocolError::BadHeader));
+        assert!(matches!(
+            startup_len(b"\xff\xff\xff\xff"),
+            Err(ProtocolError::TooLarge { .. })
+        ));
     }
 
     #[test]

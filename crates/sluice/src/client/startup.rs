@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use sluice_protocol::{decode_startup, encode_negotiate_protocol_version, StartupPacket};
+use sluice_protocol::{
+    decode_startup, encode_negotiate_protocol_version, startup_len, StartupPacket,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{ClientConn, EndReason};
@@ -50,12 +52,11 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
     // kind is refused, as PostgreSQL does (otherwise a client could loop here until the timeout).
     let (mut asked_ssl, mut asked_gss) = (false, false);
     loop {
-        let packet = loop {
-            match decode_startup(&client.rbuf) {
-                Ok(Some((p, used))) => {
-                    let _ = client.rbuf.split_to(used);
-                    break p;
-                }
+        // Split off whole, and decoded from there: the parameters borrow these bytes until the
+        // login has copied what it keeps (no string per parameter).
+        let frame = loop {
+            match startup_len(&client.rbuf) {
+                Ok(Some(len)) => break client.rbuf.split_to(len),
                 Ok(None) => {
                     client.rbuf.reserve(512);
                     match client.stream.read_buf(&mut client.rbuf).await {
@@ -71,6 +72,11 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
                 }
                 Err(e) => return Err(protocol_error(format!("bad startup packet: {e}"))),
             }
+        };
+        let packet = match decode_startup(&frame) {
+            Ok(Some((p, _))) => p,
+            Ok(None) => return Err(protocol_error("bad startup packet: truncated")),
+            Err(e) => return Err(protocol_error(format!("bad startup packet: {e}"))),
         };
         match packet {
             StartupPacket::SslRequest | StartupPacket::GssEncRequest => {
@@ -147,7 +153,7 @@ async fn validate(
     app: &Arc<App>,
     client: &mut ClientConn,
     minor: u16,
-    params: Vec<(String, String)>,
+    params: Vec<(&str, &str)>,
 ) -> Result<StartupInfo, EndReason> {
     let cfg = app.config();
     let ignore = &cfg.settings.ignore_startup_parameters;
@@ -155,9 +161,9 @@ async fn validate(
     let mut user = None;
     let mut database = None;
     let mut tracked = ParamMap::new();
-    let mut negotiate: Vec<String> = Vec::new();
+    let mut negotiate: Vec<&str> = Vec::new();
     for (k, v) in params {
-        match k.as_str() {
+        match k {
             "user" => user = Some(v),
             "database" => database = Some(v),
             "replication" => {
@@ -166,12 +172,12 @@ async fn validate(
                     "replication connections are not supported by Sluice yet",
                 )))
             }
-            "options" => parse_options(app, &v, &mut tracked, ignored("options"))?,
+            "options" => parse_options(app, v, &mut tracked, ignored("options"))?,
             _ if k.starts_with("_pq_.") => negotiate.push(k),
             _ => {
-                if let Some(name) = app.tracked.canonical(&k) {
-                    tracked.set(name, &v);
-                } else if !ignored(&k) {
+                if let Some(name) = app.tracked.canonical(k) {
+                    tracked.set(name, v);
+                } else if !ignored(k) {
                     return Err(protocol_error(format!(
                         "unsupported startup parameter: {k}"
                     )));
@@ -181,19 +187,19 @@ async fn validate(
     }
     let user = user
         .filter(|u| !u.is_empty())
-        .ok_or_else(|| protocol_error("no username supplied"))?;
+        .ok_or_else(|| protocol_error("no username supplied"))?
+        .to_owned();
     if user.len() > MAX_USER_LEN {
         return Err(protocol_error("username too long"));
     }
     let database = database
         .filter(|d| !d.is_empty())
-        .unwrap_or_else(|| user.clone());
+        .map_or_else(|| user.clone(), str::to_owned);
     if database.len() > MAX_DBNAME_LEN {
         return Err(protocol_error("database name too long"));
     }
     if minor > 0 || !negotiate.is_empty() {
-        let names: Vec<&str> = negotiate.iter().map(String::as_str).collect();
-        encode_negotiate_protocol_version(0, &names, &mut client.wbuf);
+        encode_negotiate_protocol_version(0, &negotiate, &mut client.wbuf);
     }
     client.names = Some((database.clone(), user.clone()));
     Ok(StartupInfo {
