@@ -29,7 +29,7 @@ use tokio::io::AsyncWriteExt;
 use crate::app::App;
 use crate::error::ServerError;
 use crate::net::framed::read_message;
-use crate::pool::{resolve, Pool, PoolKey};
+use crate::pool::{resolve, Pool};
 use crate::server::ServerConn;
 
 /// Most cached secrets.
@@ -182,22 +182,20 @@ fn auth_pool(app: &Arc<App>, scope: &AuthScope) -> Result<Arc<Pool>, AuthQueryEr
     // The auth connection logs in as auth_user even where the database forces another user.
     db.user = None;
     db.password = None;
-    let key = PoolKey {
-        database: scope.auth_db.clone(),
-        user: scope.auth_user.clone(),
-    };
-    Ok(app.pools.get_or_create(&key, || {
-        let secret = app.credentials.lookup(&scope.auth_user);
-        let target = resolve::server_target(&cfg, &db, &scope.auth_user, secret);
-        resolve::pool_settings(
-            &cfg,
-            &db,
-            &scope.auth_user,
-            target,
-            app.pools.current_generation(),
-            app.tls.load().server.clone(),
-        )
-    }))
+    Ok(app
+        .pools
+        .get_or_create(&scope.auth_db, &scope.auth_user, || {
+            let secret = app.credentials.lookup(&scope.auth_user);
+            let target = resolve::server_target(&cfg, &db, &scope.auth_user, secret);
+            resolve::pool_settings(
+                &cfg,
+                &db,
+                &scope.auth_user,
+                target,
+                app.pools.current_generation(),
+                app.tls.load().server.clone(),
+            )
+        }))
 }
 
 /// One extended-protocol round of `query` with `$1` = `user`. Ok(None) = no row or NULL secret.

@@ -14,7 +14,7 @@ use crate::app::App;
 use crate::cancel::CancelHandle;
 use crate::error::{sqlstate, ClientNotice};
 use crate::forward::RelayScratch;
-use crate::pool::{resolve, Pool, PoolKey};
+use crate::pool::{resolve, Pool};
 use crate::prepared::ClientStatements;
 use crate::server::params::ParamMap;
 use crate::server::welcome::Welcome;
@@ -92,22 +92,18 @@ pub async fn login(
             "bouncer config error: auth_type=any needs a forced user in every [databases] entry",
         )));
     }
-    let login_user = db.user.clone().unwrap_or_else(|| info.user.clone());
+    let login_user = db.user.as_deref().unwrap_or(&info.user);
     let server_secret = if db.user.is_some() {
-        app.credentials.lookup(&login_user)
+        app.credentials.lookup(login_user)
     } else {
         auth.secret.clone()
     };
-    let key = PoolKey {
-        database: info.database.clone(),
-        user: login_user.clone(),
-    };
-    let pool = app.pools.get_or_create(&key, || {
-        let target = resolve::server_target(&cfg, &db, &login_user, server_secret.clone());
+    let pool = app.pools.get_or_create(&info.database, login_user, || {
+        let target = resolve::server_target(&cfg, &db, login_user, server_secret.clone());
         resolve::pool_settings(
             &cfg,
             &db,
-            &login_user,
+            login_user,
             target,
             app.pools.current_generation(),
             app.tls.load().server.clone(),
@@ -116,7 +112,7 @@ pub async fn login(
     if auth.from_auth_query && db.user.is_none() {
         follow_auth_query_secret(app, &pool, &db, server_secret.as_ref());
     }
-    if app.control.db_paused(&key.database) && !pool.is_paused() {
+    if app.control.db_paused(&info.database) && !pool.is_paused() {
         pool.set_paused(true);
     }
     if let Some(keys) = auth.scram_keys.clone().filter(|_| db.user.is_none()) {
@@ -172,12 +168,10 @@ pub async fn login(
             }
         );
     }
-    let _ = entry
-        .identity
-        .set((info.database.clone(), info.user.clone()));
     if let Some(a) = params.get("application_name") {
         let _ = entry.application_name.set(a.to_string());
     }
+    let _ = entry.identity.set((info.database, info.user));
     Ok(Session {
         pool,
         entry,

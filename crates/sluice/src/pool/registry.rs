@@ -43,23 +43,34 @@ impl PoolRegistry {
         self.pools.read().get(key).cloned()
     }
 
-    /// The pool for `key`, created with `make()` settings when missing (or when the old one was removed).
-    pub fn get_or_create(&self, key: &PoolKey, make: impl FnOnce() -> PoolSettings) -> Arc<Pool> {
-        if let Some(p) = self.get(key) {
-            if !p.is_removed() {
-                return p;
-            }
-        }
-        let mut pools = self.pools.write();
-        if let Some(p) = pools.get(key) {
+    /// The pool of `database` and `user`, created with `make()` settings when missing (or when the
+    /// old one was removed). Looked up by the borrowed names: a login builds no `PoolKey`.
+    pub fn get_or_create(
+        &self,
+        database: &str,
+        user: &str,
+        make: impl FnOnce() -> PoolSettings,
+    ) -> Arc<Pool> {
+        let names: &dyn KeyParts = &(database, user);
+        if let Some(p) = self.pools.read().get(names) {
             if !p.is_removed() {
                 return p.clone();
             }
         }
-        let db = self.counter(&self.db_servers, &key.database);
-        let user = self.counter(&self.user_servers, &key.user);
+        let mut pools = self.pools.write();
+        if let Some(p) = pools.get(names) {
+            if !p.is_removed() {
+                return p.clone();
+            }
+        }
+        let key = PoolKey {
+            database: database.to_owned(),
+            user: user.to_owned(),
+        };
+        let db = self.counter(&self.db_servers, database);
+        let user = self.counter(&self.user_servers, user);
         let pool = Pool::new(key.clone(), make(), db, user, self.connector.clone());
-        pools.insert(key.clone(), pool.clone());
+        pools.insert(key, pool.clone());
         pool
     }
 
@@ -93,3 +104,44 @@ impl PoolRegistry {
             .retain(|_, p| !(p.is_removed() && p.counts().total == 0 && p.counts().clients == 0));
     }
 }
+
+/// A pool's names, owned (`PoolKey`) or borrowed (`(&str, &str)`), so that the map of pools can be
+/// searched without building a key. Hashed and compared as `PoolKey`'s derived impls do (database,
+/// then user), which is what lets `PoolKey` lend itself as one (`Borrow`).
+trait KeyParts {
+    fn parts(&self) -> (&str, &str);
+}
+
+impl KeyParts for PoolKey {
+    fn parts(&self) -> (&str, &str) {
+        (&self.database, &self.user)
+    }
+}
+
+impl KeyParts for (&str, &str) {
+    fn parts(&self) -> (&str, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KeyParts + 'a> for PoolKey {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn KeyParts + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (database, user) = self.parts();
+        database.hash(state);
+        user.hash(state);
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}

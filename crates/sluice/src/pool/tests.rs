@@ -508,3 +508,28 @@ async fn an_idle_server_is_handed_out_without_a_future_unless_it_needs_a_check()
     ));
     assert_eq!(pool.counts().waiting, 0);
 }
+
+#[test]
+fn registry_finds_pools_by_borrowed_names() {
+    let fake = Arc::new(FakeConnector::default());
+    let pools = super::registry::PoolRegistry::new(Arc::new(fake));
+    let made = AtomicUsize::new(0);
+    let make = || {
+        made.fetch_add(1, Ordering::SeqCst);
+        settings(2, 0)
+    };
+    let a = pools.get_or_create("db", "u", make);
+    let again = pools.get_or_create("db", "u", make);
+    assert!(Arc::ptr_eq(&a, &again), "same names, same pool");
+    // The owned key finds what the borrowed names created, and names that only concatenate
+    // alike ("db"+"u" vs "d"+"bu") are another pool.
+    let key = PoolKey {
+        database: "db".into(),
+        user: "u".into(),
+    };
+    assert!(Arc::ptr_eq(&pools.get(&key).unwrap(), &a));
+    let other = pools.get_or_create("d", "bu", make);
+    assert!(!Arc::ptr_eq(&other, &a));
+    assert_eq!(made.load(Ordering::SeqCst), 2);
+    assert_eq!(pools.all().len(), 2);
+}
