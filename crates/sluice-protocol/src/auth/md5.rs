@@ -8,26 +8,28 @@ const PREFIX: &str = "md5";
 /// Length of a stored md5 secret: "md5" + 32 lowercase hex digits.
 pub const MD5_SECRET_LEN: usize = 35;
 
-fn md5_hex(parts: &[&[u8]]) -> String {
+/// "md5" + 32 lowercase hex digits of the digest of `parts`, on the stack: a login's check of
+/// the client's response allocates nothing.
+fn md5_hex(parts: &[&[u8]]) -> [u8; MD5_SECRET_LEN] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut h = Md5::new();
     for p in parts {
         h.update(p);
     }
     let digest = h.finalize();
-    let mut out = String::with_capacity(PREFIX.len() + 32);
-    out.push_str(PREFIX);
-    for b in digest {
-        out.push(hex_digit(b >> 4));
-        out.push(hex_digit(b & 0x0f));
+    let mut out = [0u8; MD5_SECRET_LEN];
+    let (prefix, hex) = out.split_at_mut(PREFIX.len());
+    prefix.copy_from_slice(PREFIX.as_bytes());
+    for (pair, b) in hex.chunks_exact_mut(2).zip(digest) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0x0f)];
     }
     out
 }
 
-fn hex_digit(n: u8) -> char {
-    match n {
-        0..=9 => char::from(b'0' + n),
-        _ => char::from(b'a' + (n - 10) % 6),
-    }
+/// The hex form as a `String` (ASCII by construction).
+fn md5_hex_string(parts: &[&[u8]]) -> String {
+    md5_hex(parts).iter().map(|&b| char::from(b)).collect()
 }
 
 /// True for "md5" followed by exactly 32 lowercase hex digits (PostgreSQL's test).
@@ -39,13 +41,13 @@ pub fn is_md5_secret(s: &str) -> bool {
 
 /// "md5" + hex(md5(password + user)) : the form stored in pg_authid and userlist.txt.
 pub fn md5_secret(user: &str, password: &str) -> String {
-    md5_hex(&[password.as_bytes(), user.as_bytes()])
+    md5_hex_string(&[password.as_bytes(), user.as_bytes()])
 }
 
 /// Client response to an MD5 challenge from a stored "md5<hex32>" secret: "md5" + hex(md5(hex32 + salt)).
 pub fn md5_response_from_secret(md5_secret: &str, salt: [u8; 4]) -> String {
     let hex = md5_secret.strip_prefix(PREFIX).unwrap_or(md5_secret);
-    md5_hex(&[hex.as_bytes(), &salt])
+    md5_hex_string(&[hex.as_bytes(), &salt])
 }
 
 /// Client response to an MD5 challenge from a plaintext password.
@@ -56,8 +58,9 @@ pub fn md5_response_from_password(user: &str, password: &str, salt: [u8; 4]) -> 
 /// Verify a client's MD5 response against a stored md5 secret; constant time (subtle).
 /// A stored value that is not a well-formed md5 secret never verifies.
 pub fn md5_verify(md5_secret: &str, salt: [u8; 4], response: &str) -> bool {
-    let expected = md5_response_from_secret(md5_secret, salt);
-    let matches = constant_time_eq(expected.as_bytes(), response.as_bytes());
+    let hex = md5_secret.strip_prefix(PREFIX).unwrap_or(md5_secret);
+    let expected = md5_hex(&[hex.as_bytes(), &salt]);
+    let matches = constant_time_eq(&expected, response.as_bytes());
     matches && is_md5_secret(md5_secret)
 }
 
@@ -112,8 +115,16 @@ mod tests {
     }
 
     #[test]
-    fn hex_digits() {
-        let all: String = (0..16).map(hex_digit).collect();
-        assert_eq!(all, "0123456789abcdef");
+    fn hex_form() {
+        // md5("") and md5("abc") from RFC 1321's test suite, lowercase.
+        assert_eq!(md5_hex_string(&[]), "md5d41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(
+            md5_hex_string(&[b"a", b"bc"]),
+            "md5900150983cd24fb0d6963f7d28e17f72"
+        );
+        assert_eq!(
+            &md5_hex(&[b"abc"])[..],
+            b"md5900150983cd24fb0d6963f7d28e17f72"
+        );
     }
 }

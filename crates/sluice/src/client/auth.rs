@@ -4,6 +4,7 @@
 //! like a wrong password, so user names cannot be probed. Failed logins are logged with the client
 //! address (never a secret) and counted (`sluice_client_login_failures_total`).
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -260,8 +261,8 @@ async fn md5(
     let body = exchange(client).await?;
     let response = decode_password(&body).map_err(|_| auth_failed(user))?;
     let stored = match &secret {
-        Some(StoredSecret::Plain(p)) if !p.is_empty() => Some(md5_secret(user, p)),
-        Some(StoredSecret::Md5(m)) => Some(m.clone()),
+        Some(StoredSecret::Plain(p)) if !p.is_empty() => Some(Cow::Owned(md5_secret(user, p))),
+        Some(StoredSecret::Md5(m)) => Some(Cow::Borrowed(m.as_str())),
         _ => None,
     };
     match stored {

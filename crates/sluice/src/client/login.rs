@@ -93,13 +93,19 @@ pub async fn login(
         )));
     }
     let login_user = db.user.as_deref().unwrap_or(&info.user);
+    // A forced user logs in with its auth_file secret, any other with the client's (borrowed:
+    // copied only into a new pool's settings).
+    let forced_secret = db
+        .user
+        .as_ref()
+        .and_then(|_| app.credentials.lookup(login_user));
     let server_secret = if db.user.is_some() {
-        app.credentials.lookup(login_user)
+        forced_secret.as_ref()
     } else {
-        auth.secret.clone()
+        auth.secret.as_ref()
     };
     let pool = app.pools.get_or_create(&info.database, login_user, || {
-        let target = resolve::server_target(&cfg, &db, login_user, server_secret.clone());
+        let target = resolve::server_target(&cfg, &db, login_user, server_secret.cloned());
         resolve::pool_settings(
             &cfg,
             &db,
@@ -110,7 +116,7 @@ pub async fn login(
         )
     });
     if auth.from_auth_query && db.user.is_none() {
-        follow_auth_query_secret(app, &pool, &db, server_secret.as_ref());
+        follow_auth_query_secret(app, &pool, &db, server_secret);
     }
     if app.control.db_paused(&info.database) && !pool.is_paused() {
         pool.set_paused(true);
