@@ -123,19 +123,26 @@ pub fn startup_len(buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
     Ok((buf.len() >= len).then_some(len))
 }
 
-/// Key/value C strings ending with an empty key, which must be the packet's last byte.
+/// Key/value C strings ending with an empty key, which must be the packet's last byte. The whole
+/// list is checked as UTF-8 once (NUL is valid UTF-8) and then cut at its NULs: one validation per
+/// login instead of one per string.
 fn decode_params<'a>(r: &mut Reader<'a>) -> Result<Vec<(&'a str, &'a str)>, ProtocolError> {
+    let err = r.err();
+    let text = std::str::from_utf8(r.rest()).map_err(|_| err.clone())?;
+    // The terminating empty key is the last NUL; every string before it ends with its own.
+    let body = text
+        .strip_suffix('\0')
+        .filter(|b| b.is_empty() || b.ends_with('\0'))
+        .ok_or_else(|| err.clone())?;
     // Room for what drivers send (user, database, application_name, client_encoding, ...).
     let mut params = Vec::with_capacity(8);
-    loop {
-        let key = r.cstr()?;
-        if key.is_empty() {
-            r.finish()?;
-            return Ok(params);
-        }
-        let value = r.cstr()?;
-        params.push((key, value));
+    let mut strings = body.split_terminator('\0');
+    while let Some(key) = strings.next() {
+        // An empty key before the last byte ends the list early: bytes follow the terminator.
+        let value = strings.next().filter(|_| !key.is_empty());
+        params.push((key, value.ok_or_else(|| err.clone())?));
     }
+    Ok(params)
 }
 
 /// Appends a protocol 3.0 StartupMessage with `params` in the given order.
@@ -311,8 +318,11 @@ mod tests {
             b"\0\0\0\x0d\0\x03\0\0user\0",
             // key without value
             b"\0\0\0\x0e\0\x03\0\0user\0\0",
+            // a value's NUL but no terminating empty key
+            b"\0\0\0\x10\0\x03\0\0user\0al\0",
             // bytes after the terminator
             b"\0\0\0\x0a\0\x03\0\0\0x",
+            b"\0\0\0\x12\0\x03\0\0\0user\0al\0\0",
             // invalid utf-8
             b"\0\0\0\x0d\0\x03\0\0\xff\0v\0\0",
         ];
