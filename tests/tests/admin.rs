@@ -806,3 +806,25 @@ async fn shutdown_exits_now() {
     c.send_raw(b"Q\x00\x00\x00\x0dSHUTDOWN\x00").await;
     assert!(s.wait_exit(Duration::from_secs(3)).is_some());
 }
+
+/// client_login_timeout bounds the login phase only: a console and a pool client that logged in
+/// stay connected past it, and SHOW CLIENTS no longer lists them as logging in.
+#[tokio::test]
+async fn logged_in_clients_outlive_client_login_timeout() {
+    let s = start("client_login_timeout = 1", 1);
+    let mut c = admin(&s).await;
+    let app = s.connect("app", "apppw", "app").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    app.simple_query("SELECT 1")
+        .await
+        .expect("pool client still connected");
+    let clients = show(&mut c, "clients").await;
+    assert_eq!(clients.rows.len(), 2, "app client + this console");
+    assert!(
+        clients
+            .rows
+            .iter()
+            .all(|r| r[clients.col("state")].as_deref() != Some("login")),
+        "{clients:?}"
+    );
+}

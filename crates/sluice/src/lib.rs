@@ -120,6 +120,10 @@ async fn janitor_loop(app: Arc<App>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tick.tick().await;
+        // Logins run out of time under SUSPEND too (they did when each had its own timer).
+        if let Some(timeout) = app.config().settings.client_login_timeout.as_duration() {
+            app.registry.expire_logins(Instant::now(), timeout);
+        }
         // As PgBouncer: no maintenance while suspended, so nothing closes or opens under SUSPEND.
         if !app.control.gate().is_suspended() {
             pool::janitor::tick(&app.pools);

@@ -33,6 +33,11 @@ impl Stamp {
         self.after_us.store(us, Ordering::Relaxed);
     }
 
+    /// The base (when the stamp was made).
+    pub fn base(&self) -> Instant {
+        self.base
+    }
+
     /// The wall-clock time of the base (when the stamp was made).
     pub fn base_wall(&self) -> SystemTime {
         self.base_wall

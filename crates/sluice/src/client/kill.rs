@@ -1,5 +1,5 @@
-//! `KillSwitch`: how the admin console (KILL, KILL_CLIENT, SUSPEND's suspend_timeout) tells one
-//! client task to disconnect, and why.
+//! `KillSwitch`: how the admin console (KILL, KILL_CLIENT, SUSPEND's suspend_timeout) and the
+//! janitor (client_login_timeout) tell one client task to disconnect, and why.
 //!
 //! Only the client's own task ever waits on it, so one atomic and one waker do. The waker is
 //! kept, not taken, by a wake-up: the logged-in session registers its task once per run (`arm`)
@@ -23,6 +23,9 @@ pub enum KillReason {
     Admin = 1,
     /// It had not stopped with its buffers flushed when SUSPEND's suspend_timeout ran out.
     SuspendTimeout = 2,
+    /// Still logging in when client_login_timeout ran out (the janitor's sweep,
+    /// `ClientRegistry::expire_logins`).
+    LoginTimeout = 3,
 }
 
 impl KillReason {
@@ -31,6 +34,7 @@ impl KillReason {
         match self {
             KillReason::Admin => "admin forced disconnect",
             KillReason::SuspendTimeout => "suspend_timeout",
+            KillReason::LoginTimeout => "client_login_timeout",
         }
     }
 }
@@ -89,6 +93,7 @@ impl KillSwitch {
     pub fn reason(&self) -> KillReason {
         match self.state.load(Ordering::Acquire) {
             2 => KillReason::SuspendTimeout,
+            3 => KillReason::LoginTimeout,
             _ => KillReason::Admin,
         }
     }

@@ -333,9 +333,10 @@ async fn run(
     Box::pin(session::run(app, client, s)).await
 }
 
-/// The startup packet, authentication and pool login, bounded by client_login_timeout and
-/// stopped by KILL_CLIENT (or SUSPEND running out of suspend_timeout): the pool session to run,
-/// or how the client ended (an admin console client's whole session runs in here).
+/// The startup packet, authentication and pool login, stopped by the kill switch: KILL_CLIENT,
+/// SUSPEND running out of suspend_timeout, or the janitor when client_login_timeout ran out
+/// (`ClientRegistry::expire_logins`). The pool session to run, or how the client ended (an admin
+/// console client's whole session runs in here, after its login phase).
 async fn login_phase(
     app: &Arc<App>,
     client: &mut ClientConn,
@@ -343,9 +344,9 @@ async fn login_phase(
     entry: &Arc<registry::ClientEntry>,
 ) -> Result<Box<login::Session>, session::Outcome> {
     let cfg = app.config();
-    let login_timeout = cfg.settings.client_login_timeout.as_duration();
+    let in_login = app.registry.login_started(entry);
     // Boxed where it is made (its ~3 KiB are then copied once, into the box, not again into the
-    // select and the timeout below, whose states hold the box's pointer).
+    // select below, whose state holds the box's pointer).
     let login = Box::pin(async {
         let info = match startup::read_startup(app, client).await {
             Ok(startup::Startup::Login(info)) => {
@@ -372,19 +373,14 @@ async fn login_phase(
             .await
             .map(|s| LoggedIn::Pool(Box::new(s)))
     });
-    let login = async {
-        tokio::select! {
-            r = login => r,
-            _ = entry.kill.cancelled() => Err(EndReason::Error(entry.kill.notice())),
-        }
+    let logged_in = tokio::select! {
+        r = login => r,
+        _ = entry.kill.cancelled() => Err(match entry.kill.reason() {
+            kill::KillReason::LoginTimeout => EndReason::LoginTimeout,
+            _ => EndReason::Error(entry.kill.notice()),
+        }),
     };
-    let logged_in = match login_timeout {
-        Some(t) => match tokio::time::timeout(t, login).await {
-            Ok(r) => r,
-            Err(_) => Err(EndReason::LoginTimeout),
-        },
-        None => login.await,
-    };
+    drop(in_login);
     match logged_in {
         Ok(LoggedIn::Pool(s)) => Ok(s),
         Ok(LoggedIn::Admin(info, access)) => Err(session::Outcome::End(

@@ -92,6 +92,11 @@ impl ClientEntry {
         self.request.set(at);
     }
 
+    /// When the client connected (its registration).
+    pub fn connected_at(&self) -> Instant {
+        self.request.base()
+    }
+
     pub fn connect_time(&self) -> SystemTime {
         self.request.base_wall()
     }
@@ -105,6 +110,10 @@ impl ClientEntry {
 #[derive(Debug, Default)]
 pub struct ClientRegistry {
     clients: Mutex<HashMap<u64, Arc<ClientEntry>, OwnKeys>>,
+    /// The clients still in their login phase (`InLogin`), which the janitor holds to
+    /// client_login_timeout (`expire_logins`): a small set, where a timer per login cost
+    /// ~1,000 instructions of every login (registered in tokio's wheel, and removed again).
+    logging_in: Mutex<HashMap<u64, Arc<ClientEntry>, OwnKeys>>,
 }
 
 impl ClientRegistry {
@@ -132,6 +141,29 @@ impl ClientRegistry {
         self.clients.lock().get(&id).cloned()
     }
 
+    /// The client's login phase starts: until the guard drops, `expire_logins` may end it.
+    pub fn login_started(self: &Arc<Self>, entry: &Arc<ClientEntry>) -> InLogin {
+        self.logging_in.lock().insert(entry.id, entry.clone());
+        InLogin {
+            id: entry.id,
+            registry: self.clone(),
+        }
+    }
+
+    /// client_login_timeout: tell every client whose login started more than `timeout` before
+    /// `now` to disconnect (the janitor, every tick; PgBouncer checks it in its janitor too).
+    pub fn expire_logins(&self, now: Instant, timeout: std::time::Duration) {
+        for entry in self.logging_in.lock().values() {
+            if !entry.kill.is_cancelled()
+                && now.saturating_duration_since(entry.connected_at()) >= timeout
+            {
+                entry
+                    .kill
+                    .cancel_because(super::kill::KillReason::LoginTimeout);
+            }
+        }
+    }
+
     /// Snapshot of all clients, ordered by id.
     pub fn all(&self) -> Vec<Arc<ClientEntry>> {
         let mut v: Vec<_> = self.clients.lock().values().cloned().collect();
@@ -153,10 +185,45 @@ impl Drop for Registration {
     }
 }
 
+/// A client in its login phase (see `ClientRegistry::login_started`); the phase ends on drop.
+#[derive(Debug)]
+pub struct InLogin {
+    id: u64,
+    registry: Arc<ClientRegistry>,
+}
+
+impl Drop for InLogin {
+    fn drop(&mut self) {
+        self.registry.logging_in.lock().remove(&self.id);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::mem::{align_of, offset_of, size_of};
+
+    #[test]
+    fn only_logins_past_the_timeout_are_told_to_leave() {
+        use super::super::kill::KillReason;
+        use std::time::Duration;
+        let registry = Arc::new(ClientRegistry::default());
+        let old = registry.register(1, PeerAddr::Unix { pid: None });
+        let logged_in = registry.register(2, PeerAddr::Unix { pid: None });
+        let _old_login = registry.login_started(&old.entry);
+        drop(registry.login_started(&logged_in.entry));
+        let t = Duration::from_secs(60);
+        let connected = old.entry.connected_at();
+        registry.expire_logins(connected + t - Duration::from_millis(1), t);
+        assert!(!old.entry.kill.is_cancelled(), "not yet");
+        registry.expire_logins(connected + t, t);
+        assert!(old.entry.kill.is_cancelled());
+        assert_eq!(old.entry.kill.reason(), KillReason::LoginTimeout);
+        assert!(
+            !logged_in.entry.kill.is_cancelled(),
+            "a client past its login phase is not swept"
+        );
+    }
 
     /// State, server id, the request stamp's base and value, and the kill flag end within the
     /// first 64 bytes of a 64-byte-aligned entry: one cache line per transaction.

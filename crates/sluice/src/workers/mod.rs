@@ -261,9 +261,10 @@ const WORKER_TICK: Duration = Duration::from_secs(1);
 ///
 /// Tokio wakes a worker's driver through its eventfd whenever a timer is set earlier than the
 /// driver's next planned wake-up, also when the worker itself is running and sets it. A worker with
-/// no timer of its own has no wake-up planned between logins, so each client's login timeout cost a
-/// `write` and an extra `epoll_wait` (seen with strace: 0.4 of each per login on worker 1). With a
-/// tick planned at most a second ahead, timers set further out cost no system call.
+/// no timer of its own has no wake-up planned between its clients' timers, so each one (it was each
+/// login's timeout then; client_idle_timeout, connect and FATAL-flush bounds now) cost a `write`
+/// and an extra `epoll_wait` (seen with strace: 0.4 of each per login on worker 1). With a tick
+/// planned at most a second ahead, timers set further out cost no system call.
 async fn keep_a_wakeup_planned() {
     let mut tick = tokio::time::interval(WORKER_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
