@@ -136,13 +136,29 @@ fn decode_params<'a>(r: &mut Reader<'a>) -> Result<Vec<(&'a str, &'a str)>, Prot
         .ok_or_else(|| err.clone())?;
     // Room for what drivers send (user, database, application_name, client_encoding, ...).
     let mut params = Vec::with_capacity(8);
-    let mut strings = body.split_terminator('\0');
+    let mut strings = CStrings(body);
     while let Some(key) = strings.next() {
         // An empty key before the last byte ends the list early: bytes follow the terminator.
         let value = strings.next().filter(|_| !key.is_empty());
         params.push((key, value.ok_or_else(|| err.clone())?));
     }
     Ok(params)
+}
+
+/// The NUL-terminated strings of a `&str` that ends with a NUL (or is empty), found by a plain
+/// byte scan: `split_terminator('\0')`'s searcher cost more per string than the UTF-8 check saved.
+struct CStrings<'a>(&'a str);
+
+impl<'a> Iterator for CStrings<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        let nul = self.0.bytes().position(|b| b == 0)?;
+        // NUL is ASCII, so both cuts fall on character boundaries.
+        let (s, rest) = (self.0.get(..nul)?, self.0.get(nul + 1..)?);
+        self.0 = rest;
+        Some(s)
+    }
 }
 
 /// Appends a protocol 3.0 StartupMessage with `params` in the given order.
