@@ -341,13 +341,15 @@ async fn sigterm_refuses_new_connections_and_waits_for_clients() {
     let mut s = Sluice::builder(&ini).userlist(MD5_USERLIST).start();
     let c = s.connect("md5_user", "md5_pass", "app").await.unwrap();
     assert_eq!(one(&c, "SELECT 'x'::text").await, "x");
+    let unix = s.socket_dir.join(format!(".s.PGSQL.{}", s.port));
+    assert!(std::os::unix::net::UnixStream::connect(&unix).is_ok());
     s.signal(Signal::SIGTERM);
-    // New TCP connections are refused soon.
+    // New TCP and Unix-socket connections are refused soon.
     let deadline = Instant::now() + Duration::from_secs(3);
-    while !connect_refused(s.port) {
+    while !connect_refused(s.port) || std::os::unix::net::UnixStream::connect(&unix).is_ok() {
         assert!(
             Instant::now() < deadline,
-            "TCP still accepting after SIGTERM; log:\n{}",
+            "still accepting after SIGTERM; log:\n{}",
             s.log()
         );
         tokio::time::sleep(Duration::from_millis(25)).await;

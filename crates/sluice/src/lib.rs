@@ -25,6 +25,7 @@ pub mod stamp;
 pub mod stats;
 pub mod suspend;
 pub mod tls;
+pub mod wake_gate;
 pub mod workers;
 
 use std::sync::atomic::Ordering;

@@ -17,6 +17,7 @@ use crate::lifecycle::Phase;
 use crate::net::socket::tune_tcp;
 use crate::net::{PeerAddr, Stream};
 use crate::pool::resolve::tcp_tuning;
+use crate::wake_gate::WakeGated;
 
 /// Why listening failed; the message names the address and the cause.
 #[derive(Debug, thiserror::Error)]
@@ -262,7 +263,8 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
         }
         // The futures that end a stretch of accepting are made once per stretch, not per
         // accepted connection: each links a waiter into a shared watch channel (a lock and a
-        // list), which was ~2,000 instructions of every login.
+        // list), which was ~2,000 instructions of every login. Behind a `WakeGated` they are
+        // polled again only when one of them woke the task, not at every accepted connection.
         let stop = {
             let active_changed = async {
                 match &mut active {
@@ -272,14 +274,19 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
             };
             let suspended = app.control.gate().suspended();
             let phase_changed = phase.changed();
-            tokio::pin!(active_changed, suspended, phase_changed);
-            loop {
-                // `biased`: no random branch order to draw per accepted connection.
+            let mut stop = WakeGated::new(async {
+                // `biased`: no random branch order to draw.
                 tokio::select! {
                     biased;
-                    ok = &mut active_changed => break Stop::Active(ok),
-                    _ = &mut suspended => break Stop::Suspended,
-                    r = &mut phase_changed => break Stop::Phase(r.is_ok()),
+                    ok = active_changed => Stop::Active(ok),
+                    _ = suspended => Stop::Suspended,
+                    r = phase_changed => Stop::Phase(r.is_ok()),
+                }
+            });
+            loop {
+                tokio::select! {
+                    biased;
+                    s = &mut stop => break s,
                     r = listener.accept() => match r {
                         Ok((sock, addr)) => {
                             tune_tcp(&sock, &tcp_tuning(&app.config()));
@@ -366,28 +373,43 @@ fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i
     }
 }
 
-/// Accept Unix-socket clients until the pooler stops accepting.
+/// Accept Unix-socket clients until the pooler stops accepting. The stop conditions are made once
+/// per stretch of accepting and polled only when they woke the task, as in `accept_tcp`.
 pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch::Receiver<Phase>) {
     loop {
         if !wait_while_suspended(&app, &mut phase).await {
             return;
         }
-        tokio::select! {
-            _ = app.control.gate().suspended() => {}
-            r = listener.accept() => match r {
-                Ok((sock, _)) => {
-                    let pid = sock.peer_cred().ok().and_then(|c| c.pid());
-                    spawn_unix_client(&app, sock, pid);
+        let stop = {
+            let suspended = app.control.gate().suspended();
+            let phase_changed = phase.changed();
+            let mut stop = WakeGated::new(async {
+                tokio::select! {
+                    biased;
+                    _ = suspended => Stop::Suspended,
+                    r = phase_changed => Stop::Phase(r.is_ok()),
                 }
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            });
+            loop {
+                tokio::select! {
+                    biased;
+                    s = &mut stop => break s,
+                    r = listener.accept() => match r {
+                        Ok((sock, _)) => {
+                            let pid = sock.peer_cred().ok().and_then(|c| c.pid());
+                            spawn_unix_client(&app, sock, pid);
+                        }
+                        Err(e) => {
+                            tracing::warn!("accept failed: {e}");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    },
                 }
-            },
-            r = phase.changed() => {
-                if r.is_err() || *phase.borrow() != Phase::Running {
-                    return;
-                }
+            }
+        };
+        if let Stop::Phase(ok) = stop {
+            if !ok || *phase.borrow() != Phase::Running {
+                return;
             }
         }
     }
