@@ -414,22 +414,24 @@ impl<'a> Relay<'a> {
     }
 
     fn poll_write_server(&mut self, cx: &mut Context<'_>) -> Result<bool, RelayEnd> {
-        let (buf, injected) = if !self.scratch.c_inject.is_empty() {
-            (&self.scratch.c_inject[..], true)
-        } else if self.c.ready > 0 {
-            (&self.client.rbuf[..self.c.ready], false)
-        } else {
+        let (inject, ready) = (
+            &self.scratch.c_inject[..],
+            &self.client.rbuf[..self.c.ready],
+        );
+        if inject.is_empty() && ready.is_empty() {
             return Ok(false);
-        };
-        match self.server.stream.poll_write_from(cx, buf) {
+        }
+        // Rewritten bytes and the ready prefix after them go out in one write.
+        match self.server.stream.poll_write_pair(cx, inject, ready) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(self.server_gone()),
             Poll::Ready(Ok(n)) => {
-                if injected {
-                    self.scratch.c_inject.advance(n);
-                } else {
-                    self.client.rbuf.advance(n);
-                    self.c.ready -= n;
-                    self.c.need = self.c.need.saturating_sub(n);
+                let injected = n.min(self.scratch.c_inject.len());
+                self.scratch.c_inject.advance(injected);
+                let rest = n - injected;
+                if rest > 0 {
+                    self.client.rbuf.advance(rest);
+                    self.c.ready -= rest;
+                    self.c.need = self.c.need.saturating_sub(rest);
                 }
                 Ok(true)
             }
@@ -438,23 +440,25 @@ impl<'a> Relay<'a> {
     }
 
     fn poll_write_client(&mut self, cx: &mut Context<'_>) -> Result<bool, RelayEnd> {
-        let (buf, injected) = if !self.scratch.s_inject.is_empty() {
-            (&self.scratch.s_inject[..], true)
-        } else if self.s.ready > 0 {
-            (&self.server.rbuf[..self.s.ready], false)
-        } else {
+        let (inject, ready) = (
+            &self.scratch.s_inject[..],
+            &self.server.rbuf[..self.s.ready],
+        );
+        if inject.is_empty() && ready.is_empty() {
             return Ok(false);
-        };
-        match self.client.stream.poll_write_from(cx, buf) {
+        }
+        // Synthesized replies and the server's ready prefix after them go out in one write.
+        match self.client.stream.poll_write_pair(cx, inject, ready) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone { clean: false }),
             Poll::Ready(Ok(n)) => {
                 PoolStats::add(&self.stats.bytes_sent, n as u64);
-                if injected {
-                    self.scratch.s_inject.advance(n);
-                } else {
-                    self.server.rbuf.advance(n);
-                    self.s.ready -= n;
-                    self.s.need = self.s.need.saturating_sub(n);
+                let injected = n.min(self.scratch.s_inject.len());
+                self.scratch.s_inject.advance(injected);
+                let rest = n - injected;
+                if rest > 0 {
+                    self.server.rbuf.advance(rest);
+                    self.s.ready -= rest;
+                    self.s.need = self.s.need.saturating_sub(rest);
                 }
                 Ok(true)
             }
