@@ -395,6 +395,46 @@ async fn large_messages_cross_tls_on_both_legs() {
     }
 }
 
+/// A named prepared statement through transaction mode with TLS on both legs: each Bind's renamed
+/// head and the rest of the message reach the server in one TLS write (`poll_write_pair`).
+#[tokio::test]
+async fn prepared_statements_cross_tls_on_both_legs() {
+    use sluice_e2e::RawConn;
+    pg_with_ssl();
+    let s = builder(&ini(
+        "auth_type = trust\nclient_tls_sslmode = require\nserver_tls_sslmode = require\n\
+         pool_mode = transaction\n",
+        DB_BY_IP,
+    ))
+    .start();
+    let mut c = PgTls::connect(s.port, &Certs::get().ca.pem.cert, Negotiation::SslRequest)
+        .await
+        .unwrap();
+    c.startup("trust_user", "app").await.unwrap();
+    let parse = RawConn::message(b'P', b"s1\0SELECT $1::text || repeat('y', 3)\0\0\0");
+    let run = |arg: &str| {
+        let mut bind = b"\0s1\0\0\0\0\x01".to_vec();
+        bind.extend_from_slice(&(arg.len() as i32).to_be_bytes());
+        bind.extend_from_slice(arg.as_bytes());
+        bind.extend_from_slice(b"\0\0");
+        let mut m = RawConn::message(b'B', &bind);
+        m.extend(RawConn::message(b'E', b"\0\0\0\0\0"));
+        m.extend(RawConn::message(b'S', b""));
+        m
+    };
+    let mut first = parse;
+    first.extend(run("a"));
+    assert_eq!(c.send_batch(&first).await.unwrap().as_deref(), Some("ayyy"));
+    for i in 0..20 {
+        let arg = "x".repeat(i * 500);
+        assert_eq!(
+            c.send_batch(&run(&arg)).await.unwrap(),
+            Some(format!("{arg}yyy")),
+            "round {i}"
+        );
+    }
+}
+
 /// With two workers and one server, the server's TLS stream moves between the workers' IO
 /// drivers at nearly every hand-out (see `workers`): every reply must still arrive, on the one
 /// server connection.

@@ -117,6 +117,14 @@ impl PgTls {
         self.until_ready().await
     }
 
+    /// Send already framed messages (an extended-protocol batch ending with Sync); the first
+    /// column of the first row.
+    pub async fn send_batch(&mut self, msgs: &[u8]) -> Result<Option<String>, HashMap<u8, String>> {
+        self.stream.write_all(msgs).await.map_err(io_err)?;
+        self.stream.flush().await.map_err(io_err)?;
+        self.until_ready().await
+    }
+
     async fn until_ready(&mut self) -> Result<Option<String>, HashMap<u8, String>> {
         let mut first = None;
         let mut error = None;

@@ -226,8 +226,8 @@ impl Stream {
     /// Write `first` and then `second` (either may be empty), in one system call on a plain
     /// socket (`writev`): the relay's rewritten or synthesized bytes and the bytes that follow
     /// them, which as two writes cost a second `sendto` and, with TCP_NODELAY, a second segment
-    /// for the peer to wake up for. TLS writes `first` alone when it is not empty. The count
-    /// covers `first` before `second`.
+    /// for the peer to wake up for. Over TLS both go into one record. The count covers `first`
+    /// before `second`.
     pub fn poll_write_pair(
         &mut self,
         cx: &mut Context<'_>,
@@ -237,10 +237,15 @@ impl Stream {
         match self {
             Stream::Tcp(s) => poll_write_plain(s, cx, first, second),
             Stream::Unix(s) => poll_write_plain(s, cx, first, second),
-            other => {
+            other if first.is_empty() || second.is_empty() => {
                 let buf = if first.is_empty() { second } else { first };
                 Pin::new(other).poll_write(cx, buf)
             }
+            Stream::ClientTls(s) => Pin::new(&mut **s)
+                .poll_write_vectored(cx, &[io::IoSlice::new(first), io::IoSlice::new(second)]),
+            Stream::ServerTls(s) => Pin::new(&mut **s)
+                .poll_write_vectored(cx, &[io::IoSlice::new(first), io::IoSlice::new(second)]),
+            Stream::Closed => Poll::Ready(Err(closed())),
         }
     }
 }
