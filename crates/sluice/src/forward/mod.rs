@@ -156,11 +156,6 @@ pub struct Relay<'a> {
     /// The server is in COPY IN and the client has not ended it yet: its Syncs are ignored.
     copy_in_open: bool,
     client_done: bool,
-    /// The last read of the client's / the server's socket returned Pending with this task's
-    /// waker registered (`Stream::poll_read_into_armed`): until tokio sees something arrive, the
-    /// next wake-up (caused by the other socket) skips that read for one load.
-    client_armed: bool,
-    server_armed: bool,
     /// This wake-up's clock reading, taken at its first use and forgotten when the relay waits
     /// again: query start, ReadyForQuery statistics, activity and the release that follows share
     /// one read (a clock read is ~17 ns on the bench's VM; a transaction had nine). The first
@@ -232,8 +227,6 @@ impl<'a> Relay<'a> {
             copy_done_in_window: false,
             copy_in_open: false,
             client_done: false,
-            client_armed: false,
-            server_armed: false,
             clock: Some(now),
             query_started: None,
             xact_started: (status != TransactionStatus::Idle).then_some(now),
@@ -375,11 +368,7 @@ impl<'a> Relay<'a> {
                 && self.client.rbuf.len() < READ_CAP.max(self.c.need)
             {
                 reserve(&mut self.client.rbuf, CLIENT_READ_CHUNK);
-                match self.client.stream.poll_read_into_armed(
-                    cx,
-                    &mut self.client.rbuf,
-                    &mut self.client_armed,
-                ) {
+                match self.client.stream.poll_read_into(cx, &mut self.client.rbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         return Poll::Ready(RelayEnd::ClientGone {
                             clean: self.server_clean(),
@@ -403,11 +392,7 @@ impl<'a> Relay<'a> {
             // 4. read from the server
             if !server_blocked && self.server.rbuf.len() < READ_CAP.max(self.s.need) {
                 reserve(&mut self.server.rbuf, READ_CHUNK);
-                match self.server.stream.poll_read_into_armed(
-                    cx,
-                    &mut self.server.rbuf,
-                    &mut self.server_armed,
-                ) {
+                match self.server.stream.poll_read_into(cx, &mut self.server.rbuf) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                         return Poll::Ready(self.server_gone())
                     }

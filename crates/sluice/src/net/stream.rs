@@ -217,32 +217,6 @@ impl Stream {
         }
     }
 
-    /// `poll_read_into` for a caller that polls the socket again at each of its wake-ups, whatever
-    /// woke it (the relay: the client's socket again when the server's reply woke the task).
-    /// `armed` says that the previous call returned Pending with this task's waker registered with
-    /// the socket: while tokio has seen nothing arrive since, that registration still stands, and
-    /// the answer is Pending for one load instead of a pass through `poll_read_ready` (~200
-    /// instructions). A Pending caused by tokio's cooperative budget registers nothing; it leaves
-    /// no budget behind (an IO Pending gives its unit back), so `armed` is set only when budget
-    /// remains. Plain sockets only: under TLS, rustls may hold decrypted bytes the socket's
-    /// readiness does not show.
-    pub fn poll_read_into_armed(
-        &mut self,
-        cx: &mut Context<'_>,
-        buf: &mut BytesMut,
-        armed: &mut bool,
-    ) -> Poll<io::Result<usize>> {
-        let r = match self {
-            Stream::Tcp(s) if *armed && !readable_now(s) => return Poll::Pending,
-            Stream::Unix(s) if *armed && !readable_now(s) => return Poll::Pending,
-            Stream::Tcp(s) => poll_read_plain(s, cx, buf),
-            Stream::Unix(s) => poll_read_plain(s, cx, buf),
-            other => return other.poll_read_into(cx, buf),
-        };
-        *armed = r.is_pending() && tokio::task::coop::has_budget_remaining();
-        r
-    }
-
     /// Write from `buf`, as `poll_read_into` reads: a plain socket straight through its
     /// readiness, waiting only when it is full.
     pub fn poll_write_from(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -476,44 +450,6 @@ mod tests {
         drop(peer);
         buf.clear();
         assert_eq!(stream.read_when_ready(&mut buf, 4096).await.unwrap(), 0);
-    }
-
-    /// An armed read answers Pending from its standing registration until tokio sees bytes
-    /// arrive, and that registration is what wakes the task.
-    #[tokio::test]
-    async fn an_armed_read_waits_on_its_registration() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        use std::task::{Wake, Waker};
-        struct Counter(AtomicUsize);
-        impl Wake for Counter {
-            fn wake(self: std::sync::Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        let (mut stream, mut peer) = pair().await;
-        let counter = std::sync::Arc::new(Counter(AtomicUsize::new(0)));
-        let waker = Waker::from(counter.clone());
-        let mut cx = Context::from_waker(&waker);
-        let mut buf = BytesMut::with_capacity(64);
-        let mut armed = false;
-        for _ in 0..3 {
-            assert!(stream
-                .poll_read_into_armed(&mut cx, &mut buf, &mut armed)
-                .is_pending());
-            assert!(armed, "a Pending with budget left registered the waker");
-        }
-        peer.write_all(b"Q").await.unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        assert_eq!(
-            counter.0.load(Ordering::SeqCst),
-            1,
-            "woken by the registration"
-        );
-        match stream.poll_read_into_armed(&mut cx, &mut buf, &mut armed) {
-            Poll::Ready(Ok(1)) => assert!(!armed),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(&buf[..], b"Q");
     }
 
     /// Rewritten bytes and what follows them leave in one write, in order; an empty half is
