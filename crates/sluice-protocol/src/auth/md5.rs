@@ -28,8 +28,8 @@ fn md5_hex(parts: &[&[u8]]) -> [u8; MD5_SECRET_LEN] {
 }
 
 /// The hex form as a `String` (ASCII by construction).
-fn md5_hex_string(parts: &[&[u8]]) -> String {
-    md5_hex(parts).iter().map(|&b| char::from(b)).collect()
+fn hex_string(hex: [u8; MD5_SECRET_LEN]) -> String {
+    hex.iter().map(|&b| char::from(b)).collect()
 }
 
 /// True for "md5" followed by exactly 32 lowercase hex digits (PostgreSQL's test).
@@ -41,13 +41,18 @@ pub fn is_md5_secret(s: &str) -> bool {
 
 /// "md5" + hex(md5(password + user)) : the form stored in pg_authid and userlist.txt.
 pub fn md5_secret(user: &str, password: &str) -> String {
-    md5_hex_string(&[password.as_bytes(), user.as_bytes()])
+    hex_string(md5_hex(&[password.as_bytes(), user.as_bytes()]))
+}
+
+/// "md5" + hex(md5(hex32 + salt)) for a stored "md5<hex32>" secret, on the stack.
+fn response_hex(md5_secret: &str, salt: [u8; 4]) -> [u8; MD5_SECRET_LEN] {
+    let hex = md5_secret.strip_prefix(PREFIX).unwrap_or(md5_secret);
+    md5_hex(&[hex.as_bytes(), &salt])
 }
 
 /// Client response to an MD5 challenge from a stored "md5<hex32>" secret: "md5" + hex(md5(hex32 + salt)).
 pub fn md5_response_from_secret(md5_secret: &str, salt: [u8; 4]) -> String {
-    let hex = md5_secret.strip_prefix(PREFIX).unwrap_or(md5_secret);
-    md5_hex_string(&[hex.as_bytes(), &salt])
+    hex_string(response_hex(md5_secret, salt))
 }
 
 /// Client response to an MD5 challenge from a plaintext password.
@@ -58,8 +63,7 @@ pub fn md5_response_from_password(user: &str, password: &str, salt: [u8; 4]) -> 
 /// Verify a client's MD5 response against a stored md5 secret; constant time (subtle).
 /// A stored value that is not a well-formed md5 secret never verifies.
 pub fn md5_verify(md5_secret: &str, salt: [u8; 4], response: &str) -> bool {
-    let hex = md5_secret.strip_prefix(PREFIX).unwrap_or(md5_secret);
-    let expected = md5_hex(&[hex.as_bytes(), &salt]);
+    let expected = response_hex(md5_secret, salt);
     let matches = constant_time_eq(&expected, response.as_bytes());
     matches && is_md5_secret(md5_secret)
 }
@@ -117,9 +121,12 @@ mod tests {
     #[test]
     fn hex_form() {
         // md5("") and md5("abc") from RFC 1321's test suite, lowercase.
-        assert_eq!(md5_hex_string(&[]), "md5d41d8cd98f00b204e9800998ecf8427e");
         assert_eq!(
-            md5_hex_string(&[b"a", b"bc"]),
+            hex_string(md5_hex(&[])),
+            "md5d41d8cd98f00b204e9800998ecf8427e"
+        );
+        assert_eq!(
+            hex_string(md5_hex(&[b"a", b"bc"])),
             "md5900150983cd24fb0d6963f7d28e17f72"
         );
         assert_eq!(

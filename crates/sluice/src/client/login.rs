@@ -95,14 +95,13 @@ pub async fn login(
     let login_user = db.user.as_deref().unwrap_or(&info.user);
     // A forced user logs in with its auth_file secret, any other with the client's (borrowed:
     // copied only into a new pool's settings).
-    let forced_secret = db
-        .user
-        .as_ref()
-        .and_then(|_| app.credentials.lookup(login_user));
-    let server_secret = if db.user.is_some() {
-        forced_secret.as_ref()
-    } else {
-        auth.secret.as_ref()
+    let forced_secret;
+    let server_secret = match db.user {
+        Some(_) => {
+            forced_secret = app.credentials.lookup(login_user);
+            forced_secret.as_ref()
+        }
+        None => auth.secret.as_ref(),
     };
     let pool = app.pools.get_or_create(&info.database, login_user, || {
         let target = resolve::server_target(&cfg, &db, login_user, server_secret.cloned());

@@ -123,6 +123,18 @@ struct Scan {
     need: usize,
 }
 
+/// `n` bytes of `inject` and then of the ready prefix of `rbuf` (`scan`) were written.
+fn wrote(n: usize, inject: &mut BytesMut, rbuf: &mut BytesMut, scan: &mut Scan) {
+    let injected = n.min(inject.len());
+    inject.advance(injected);
+    let rest = n - injected;
+    if rest > 0 {
+        rbuf.advance(rest);
+        scan.ready -= rest;
+        scan.need = scan.need.saturating_sub(rest);
+    }
+}
+
 pub struct Relay<'a> {
     client: &'a mut ClientConn,
     server: &'a mut ServerConn,
@@ -425,14 +437,12 @@ impl<'a> Relay<'a> {
         match self.server.stream.poll_write_pair(cx, inject, ready) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(self.server_gone()),
             Poll::Ready(Ok(n)) => {
-                let injected = n.min(self.scratch.c_inject.len());
-                self.scratch.c_inject.advance(injected);
-                let rest = n - injected;
-                if rest > 0 {
-                    self.client.rbuf.advance(rest);
-                    self.c.ready -= rest;
-                    self.c.need = self.c.need.saturating_sub(rest);
-                }
+                wrote(
+                    n,
+                    &mut self.scratch.c_inject,
+                    &mut self.client.rbuf,
+                    &mut self.c,
+                );
                 Ok(true)
             }
             Poll::Pending => Ok(false),
@@ -452,14 +462,12 @@ impl<'a> Relay<'a> {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone { clean: false }),
             Poll::Ready(Ok(n)) => {
                 PoolStats::add(&self.stats.bytes_sent, n as u64);
-                let injected = n.min(self.scratch.s_inject.len());
-                self.scratch.s_inject.advance(injected);
-                let rest = n - injected;
-                if rest > 0 {
-                    self.server.rbuf.advance(rest);
-                    self.s.ready -= rest;
-                    self.s.need = self.s.need.saturating_sub(rest);
-                }
+                wrote(
+                    n,
+                    &mut self.scratch.s_inject,
+                    &mut self.server.rbuf,
+                    &mut self.s,
+                );
                 Ok(true)
             }
             Poll::Pending => Ok(false),

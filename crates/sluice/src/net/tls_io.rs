@@ -44,22 +44,34 @@ impl<S: AsyncRead + Unpin> AsyncRead for FlushedTls<S> {
     }
 }
 
+impl<S: AsyncWrite + Unpin> FlushedTls<S> {
+    /// Hand plaintext to the TLS layer with `write` (unless a Pending flush already took some),
+    /// then report it once the flush completes.
+    fn write_then_flush(
+        &mut self,
+        cx: &mut Context<'_>,
+        write: impl FnOnce(Pin<&mut S>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        if self.accepted == 0 {
+            let n = ready!(write(Pin::new(&mut self.inner), cx))?;
+            if n == 0 {
+                return Poll::Ready(Ok(0));
+            }
+            self.accepted = n;
+        }
+        ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
+        Poll::Ready(Ok(std::mem::take(&mut self.accepted)))
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for FlushedTls<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.accepted == 0 {
-            let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
-            if n == 0 {
-                return Poll::Ready(Ok(0));
-            }
-            this.accepted = n;
-        }
-        ready!(Pin::new(&mut this.inner).poll_flush(cx))?;
-        Poll::Ready(Ok(std::mem::take(&mut this.accepted)))
+        self.get_mut()
+            .write_then_flush(cx, |inner, cx| inner.poll_write(cx, buf))
     }
 
     /// As `poll_write`, for several buffers handed to the TLS layer at once (one record and one
@@ -70,16 +82,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FlushedTls<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.accepted == 0 {
-            let n = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))?;
-            if n == 0 {
-                return Poll::Ready(Ok(0));
-            }
-            this.accepted = n;
-        }
-        ready!(Pin::new(&mut this.inner).poll_flush(cx))?;
-        Poll::Ready(Ok(std::mem::take(&mut this.accepted)))
+        self.get_mut()
+            .write_then_flush(cx, |inner, cx| inner.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
