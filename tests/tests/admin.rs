@@ -1,53 +1,20 @@
 //! The admin console through the real `sluice` binary and a real PostgreSQL: every SHOW's columns and
 //! wire types (reference §4.3), figures against a known workload (seed 000's cl_waiting/maxwait),
-//! control commands under load, signals and access rules (§4.1, §2.4, §3).
+//! control commands under load and access rules (§4.1, §3). Signals, SHUTDOWN and the login
+//! timeout: `admin_lifecycle.rs`.
+
+mod admin_common;
 
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
-use sluice_e2e::{pgbench, psql_cmd, Console, ConsoleResult, PgCluster, Sluice};
+use admin_common::{admin, num, show, start};
+use sluice_e2e::{pgbench, psql_cmd, Console, PgCluster, Sluice};
 
 const TEXT: u32 = 25;
 const INT4: u32 = 23;
 const INT8: u32 = 20;
 const NUMERIC: u32 = 1700;
 const BYTEA: u32 = 17;
-
-const USERLIST: &str = "\"admin\" \"adminpw\"\n\"watcher\" \"watchpw\"\n\"app\" \"apppw\"\n";
-
-/// Sluice with a transaction-mode database `app` (forced server user trust_user), admin_users=admin,
-/// stats_users=watcher, cleartext client auth (the raw console client answers it).
-fn start(extra: &str, pool_size: u32) -> Sluice {
-    let pg = PgCluster::get();
-    let ini = Sluice::basic_ini(
-        &format!(
-            "auth_type = plain\nadmin_users = admin\nstats_users = watcher\npool_mode = transaction\n\
-             default_pool_size = {pool_size}\nstats_period = 1\n{extra}"
-        ),
-        &format!("app = host=127.0.0.1 port={} dbname=app user=trust_user", pg.port),
-    );
-    Sluice::builder(&ini).userlist(USERLIST).start()
-}
-
-async fn admin(s: &Sluice) -> Console {
-    Console::connect(s.port, "admin", "adminpw")
-        .await
-        .expect("admin login")
-}
-
-async fn show(c: &mut Console, what: &str) -> ConsoleResult {
-    c.query(&format!("SHOW {what}"))
-        .await
-        .unwrap_or_else(|e| panic!("SHOW {what}: {e:?}"))
-}
-
-fn num(r: &ConsoleResult, key: &str, col: &str) -> i64 {
-    r.get(key, col)
-        .unwrap_or_else(|| panic!("no {col} for {key}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 /// Reference §4.3 (types: i=int4, q=int8, N=numeric, T=timestamp sent as text, else text). Where the
 /// reference leaves a column un-annotated (POOLS, MEM, PEER_POOLS counters, STATS_TOTALS/AVERAGES,
@@ -738,93 +705,5 @@ async fn disable_enable_reconnect_wait_close_kill() {
     assert_eq!(
         c.query("DISABLE nosuch").await.unwrap_err()[&b'M'],
         "no such database: nosuch"
-    );
-}
-
-#[tokio::test]
-async fn sigusr1_pauses_and_sigusr2_resumes() {
-    let s = start("", 2);
-    let mut c = admin(&s).await;
-    s.signal(Signal::SIGUSR1);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        show(&mut c, "state")
-            .await
-            .get("paused", "value")
-            .as_deref(),
-        Some("yes")
-    );
-    s.signal(Signal::SIGUSR2);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        show(&mut c, "state")
-            .await
-            .get("paused", "value")
-            .as_deref(),
-        Some("no")
-    );
-    let a = s.connect("app", "apppw", "app").await.unwrap();
-    a.simple_query("SELECT 1").await.unwrap();
-}
-
-#[tokio::test]
-async fn shutdown_wait_for_clients_exits_when_the_last_client_leaves() {
-    let mut s = start("", 2);
-    let a = s.connect("app", "apppw", "app").await.unwrap();
-    a.simple_query("SELECT 1").await.unwrap();
-    let mut c = admin(&s).await;
-    assert_eq!(
-        c.query("SHUTDOWN WAIT_FOR_CLIENTS").await.unwrap().tag,
-        "SHUTDOWN"
-    );
-    drop(c);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        s.connect("app", "apppw", "app").await.is_err(),
-        "no new clients"
-    );
-    a.simple_query("SELECT 1")
-        .await
-        .expect("connected clients keep working");
-    assert!(
-        s.wait_exit(Duration::from_millis(300)).is_none(),
-        "still a client"
-    );
-    drop(a);
-    // Let the connection task send Terminate before this thread blocks in wait_exit.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        s.wait_exit(Duration::from_secs(3)).is_some(),
-        "exits after the last client"
-    );
-}
-
-#[tokio::test]
-async fn shutdown_exits_now() {
-    let mut s = start("", 2);
-    let mut c = admin(&s).await;
-    c.send_raw(b"Q\x00\x00\x00\x0dSHUTDOWN\x00").await;
-    assert!(s.wait_exit(Duration::from_secs(3)).is_some());
-}
-
-/// client_login_timeout bounds the login phase only: a console and a pool client that logged in
-/// stay connected past it, and SHOW CLIENTS no longer lists them as logging in.
-#[tokio::test]
-async fn logged_in_clients_outlive_client_login_timeout() {
-    let s = start("client_login_timeout = 1", 1);
-    let mut c = admin(&s).await;
-    let app = s.connect("app", "apppw", "app").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    app.simple_query("SELECT 1")
-        .await
-        .expect("pool client still connected");
-    let clients = show(&mut c, "clients").await;
-    assert_eq!(clients.rows.len(), 2, "app client + this console");
-    assert!(
-        clients
-            .rows
-            .iter()
-            .all(|r| r[clients.col("state")].as_deref() != Some("login")),
-        "{clients:?}"
     );
 }

@@ -3,42 +3,15 @@
 //! paused; suspend_timeout closes the clients that cannot flush; the issuing console leaving
 //! resumes; and a PAUSE whose console leaves stops waiting but stays in place.
 
+mod admin_common;
+
 use std::time::{Duration, Instant};
 
+use admin_common::{admin, show, start};
 use nix::sys::signal::Signal;
-use sluice_e2e::{error_fields, pgbench, Console, ConsoleResult, PgCluster, RawConn, Sluice};
+use sluice_e2e::{error_fields, pgbench, Console, ConsoleResult, RawConn};
 
-const USERLIST: &str = "\"admin\" \"adminpw\"\n\"app\" \"apppw\"\n";
 const WAIT: Duration = Duration::from_secs(5);
-
-/// Sluice with a transaction-mode database `app` (server user trust_user), admin_users=admin,
-/// cleartext client auth (raw clients answer it).
-fn start(extra: &str, pool_size: u32) -> Sluice {
-    let pg = PgCluster::get();
-    let ini = Sluice::basic_ini(
-        &format!(
-            "auth_type = plain\nadmin_users = admin\npool_mode = transaction\n\
-             default_pool_size = {pool_size}\nstats_period = 1\n{extra}"
-        ),
-        &format!(
-            "app = host=127.0.0.1 port={} dbname=app user=trust_user",
-            pg.port
-        ),
-    );
-    Sluice::builder(&ini).userlist(USERLIST).start()
-}
-
-async fn admin(s: &Sluice) -> Console {
-    Console::connect(s.port, "admin", "adminpw")
-        .await
-        .expect("admin login")
-}
-
-async fn show(c: &mut Console, what: &str) -> ConsoleResult {
-    c.query(&format!("SHOW {what}"))
-        .await
-        .unwrap_or_else(|e| panic!("SHOW {what}: {e:?}"))
-}
 
 async fn state(c: &mut Console, key: &str) -> String {
     show(c, "state").await.get(key, "value").unwrap_or_default()

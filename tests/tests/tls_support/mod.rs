@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use sluice_e2e::PgCluster;
+use sluice_e2e::{PgCluster, Sluice, SluiceBuilder};
 
 pub use certs::Certs;
 
@@ -77,4 +77,31 @@ pub fn pg_with_ssl() -> &'static PgCluster {
 pub fn write_private(path: &Path, text: &str) {
     fs::write(path, text).unwrap();
     fs::set_permissions(path, fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// PostgreSQL by its certificate's host name (valid) and by IP (not in its certificate).
+pub const DB_BY_NAME: &str = "app = host=localhost port={pg_port} dbname=app";
+pub const DB_BY_IP: &str = "app = host={pg_host} port={pg_port} dbname=app";
+
+/// Sluice's certificate, key and both CAs as files in {dir}; `extra` adds [pgbouncer] lines.
+pub fn ini(extra: &str, databases: &str) -> String {
+    Sluice::basic_ini(
+        &format!(
+            "client_tls_cert_file = {{dir}}/sluice.crt\nclient_tls_key_file = {{dir}}/sluice.key\n\
+             server_connect_timeout = 3\nserver_login_retry = 1\nquery_wait_timeout = 5\n{extra}"
+        ),
+        databases,
+    )
+}
+
+pub fn builder(ini: &str) -> SluiceBuilder {
+    let c = Certs::get();
+    Sluice::builder(ini)
+        .file("sluice.crt", &c.sluice.cert)
+        .file("sluice.key", &c.sluice.key)
+        .file("ca.crt", &c.ca.pem.cert)
+        .file("other_ca.crt", &c.other_ca.pem.cert)
+        .userlist(
+            "\"trust_user\" \"trust_pass\"\n\"md5_user\" \"md5_pass\"\n\"scram_user\" \"scram_pass\"\n",
+        )
 }
