@@ -5,11 +5,11 @@ mod pooling_common;
 
 use std::time::{Duration, Instant};
 
-use sluice_e2e::Sluice;
+use sluice_e2e::{free_port, metrics, sample, Sluice};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
-use pooling_common::{connect, err_text, join, new_role, pid, start, PW};
+use pooling_common::{connect, err_text, join, new_role, pid, psql, start, PW};
 
 // ---------------------------------------------------------------------------------------------
 // Startup parameter tracking
@@ -34,6 +34,19 @@ async fn connect_params(s: &Sluice, user: &str, app: &str, tz: &str) -> Client {
     client
 }
 
+/// The first column of the first row of a simple query.
+async fn simple_first(c: &Client, sql: &str) -> String {
+    c.simple_query(sql)
+        .await
+        .unwrap()
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .unwrap()
+}
+
 async fn settings(c: &Client) -> (String, String, i32) {
     let row = c
         .query_one(
@@ -42,26 +55,42 @@ async fn settings(c: &Client) -> (String, String, i32) {
         )
         .await
         .unwrap();
-    let show = c.simple_query("SHOW timezone").await.unwrap();
-    let tz_show = show
-        .iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-            _ => None,
-        })
-        .unwrap();
+    let tz_show = simple_first(c, "SHOW timezone").await;
     let tz: String = row.get(1);
     assert_eq!(tz, tz_show);
     (row.get(0), tz, row.get(2))
 }
 
+/// Sluice with one server in transaction mode and the metrics endpoint on the returned port.
+fn start_one_server(u: &str) -> (Sluice, u16) {
+    let mport = free_port();
+    let s = start(
+        &format!(
+            "pool_mode = transaction\ndefault_pool_size = 1\nquery_wait_timeout = 10\n\
+             [sluice]\nmetrics_listen_addr = 127.0.0.1:{mport}"
+        ),
+        &[u],
+    );
+    (s, mport)
+}
+
+/// Hand-outs whose parameter SETs ran in a round trip of their own, and those sent ahead of the
+/// request.
+async fn param_sets(mport: u16) -> (f64, f64) {
+    let m = metrics(mport).await;
+    (
+        sample(
+            &m,
+            "sluice_session_syncs_round_trip_total{database=\"app\"}",
+        ),
+        sample(&m, "sluice_session_syncs_ahead_total{database=\"app\"}"),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn startup_parameters_follow_the_client_across_a_shared_server() {
     let u = new_role("params").await;
-    let s = start(
-        "pool_mode = transaction\ndefault_pool_size = 1\nquery_wait_timeout = 10",
-        &[&u],
-    );
+    let (s, mport) = start_one_server(&u);
     let a = connect_params(&s, &u, "client_a", "UTC").await;
     let b = connect_params(&s, &u, "client_b", "Asia/Tokyo").await;
     let mut pids = Vec::new();
@@ -77,6 +106,12 @@ async fn startup_parameters_follow_the_client_across_a_shared_server() {
         pids.windows(2).all(|w| w[0] == w[1]),
         "not one shared server: {pids:?}"
     );
+    // The server changed hands five times. A client's values go to a server in a round trip of
+    // their own until a server has accepted them (at most once per client); later hand-outs
+    // send the SETs in the same write as the request.
+    let (round_trips, ahead) = param_sets(mport).await;
+    assert!(round_trips <= 2.0, "{round_trips} round trips");
+    assert!(round_trips + ahead >= 5.0, "{round_trips} + {ahead} syncs");
     // A SET of a tracked parameter follows the client too.
     a.batch_execute("SET TimeZone = 'Europe/Paris'")
         .await
@@ -84,6 +119,85 @@ async fn startup_parameters_follow_the_client_across_a_shared_server() {
     assert_eq!(settings(&b).await.1, "Asia/Tokyo");
     assert_eq!(settings(&a).await.1, "Europe/Paris");
     assert_eq!(settings(&b).await.1, "Asia/Tokyo");
+}
+
+async fn path(c: &Client) -> String {
+    c.query_one("SHOW search_path", &[]).await.unwrap().get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_is_read_with_the_standard_conforming_strings_its_server_will_have() {
+    // `a` has standard_conforming_strings off: in its SQL a backslash escapes a quote, so the
+    // query below is one string literal. Read with `b`'s setting (on), it would look like a
+    // SET of search_path that `a` then carries to every later server.
+    let u = new_role("scs").await;
+    let (s, mport) = start_one_server(&u);
+    let a = connect_params(&s, &u, "a", "UTC").await;
+    a.batch_execute("SET standard_conforming_strings = off")
+        .await
+        .unwrap();
+    let b = connect_params(&s, &u, "b", "UTC").await;
+    let default_path = path(&b).await;
+    // The server last ran `b` (on): `a`'s SET of off goes ahead of this request.
+    let (_, ahead_before) = param_sets(mport).await;
+    let text = simple_first(&a, r"SELECT 'x\'; SET search_path TO nowhere; SELECT \'y'").await;
+    assert_eq!(text, "x'; SET search_path TO nowhere; SELECT 'y");
+    assert!(
+        param_sets(mport).await.1 > ahead_before,
+        "no SET went ahead"
+    );
+    assert_eq!(path(&b).await, default_path);
+    assert_eq!(path(&a).await, default_path);
+}
+
+async fn who(c: &Client) -> String {
+    c.query_one("SELECT current_user::text", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_role_is_set_before_the_request_goes() {
+    // SET ROLE may stop being allowed (membership revoked): its replay runs and is answered
+    // before the request, which must never run under the login role instead.
+    let u = new_role("replay_role").await;
+    let target = format!("{u}_target");
+    psql(&format!("CREATE ROLE {target}; GRANT {target} TO {u}")).await;
+    let (s, mport) = start_one_server(&u);
+    let a = connect_params(&s, &u, "a", "UTC").await;
+    let b = connect_params(&s, &u, "b", "UTC").await;
+    assert_eq!(who(&a).await, u);
+    a.batch_execute(&format!("SET ROLE {target}"))
+        .await
+        .unwrap();
+    assert_eq!(who(&b).await, u);
+    let before = param_sets(mport).await;
+    assert_eq!(who(&a).await, target);
+    let after = param_sets(mport).await;
+    assert_eq!(after.1, before.1, "a role replay went ahead of the request");
+    assert!(after.0 > before.0, "no round trip: {before:?} -> {after:?}");
+    // Revoked meanwhile: the replay fails and the request does not run.
+    psql(&format!("REVOKE {target} FROM {u}")).await;
+    assert_eq!(who(&b).await, u);
+    let e = a
+        .batch_execute("CREATE TEMP TABLE must_not_exist (x int)")
+        .await
+        .expect_err("the role replay should have failed");
+    assert!(
+        err_text(&e).contains("invalid server parameter"),
+        "{}",
+        err_text(&e)
+    );
+    let c = connect_params(&s, &u, "c", "UTC").await;
+    let rows = c
+        .query_one(
+            "SELECT count(*) FROM pg_class WHERE relname = 'must_not_exist'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.get::<_, i64>(0), 0);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -112,6 +112,15 @@ impl ServerError {
     }
 }
 
+/// What a client gets when the server refused the SETs that give it the client's session
+/// parameters (a bad client_encoding, TimeZone, ... in its startup packet).
+pub fn invalid_server_parameter(e: &ServerError) -> ClientNotice {
+    ClientNotice::new(
+        sqlstate::PROTOCOL_VIOLATION,
+        format!("invalid server parameter: {e}"),
+    )
+}
+
 /// Failures getting a server for a client.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {

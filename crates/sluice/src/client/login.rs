@@ -33,6 +33,10 @@ pub struct Session {
     pub tracker: SessionTracker,
     /// This client is counted in its pool's pinned clients.
     pub counted_pinned: bool,
+    /// A server has accepted this client's tracked parameter values (its startup values once a
+    /// server matched them or took their SETs; later values come from the server's own reports):
+    /// SETs of them go ahead of a request instead of in a round trip of their own.
+    pub params_confirmed: bool,
     pub cancel: CancelHandle,
     /// Buffers the relay reuses from one transaction to the next.
     pub relay_scratch: RelayScratch,
@@ -184,6 +188,7 @@ pub async fn login(
         statements: ClientStatements::default(),
         tracker: SessionTracker::default(),
         counted_pinned: false,
+        params_confirmed: false,
         cancel,
         relay_scratch: RelayScratch::default(),
         idle_sleep: None,

@@ -21,12 +21,12 @@ use super::registry::ClientState;
 use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::error::ServerError;
-use crate::error::{sqlstate, ClientNotice};
+use crate::error::{invalid_server_parameter, sqlstate, ClientNotice};
 use crate::forward::{Prepared, Relay, RelayEnd, CLIENT_READ_CHUNK};
 use crate::lifecycle::{Lifecycle, Phase};
 use crate::pool::PoolSettings;
 use crate::pool::{Pool, PooledServer};
-use crate::server::params::set_statement;
+use crate::server::params::{set_all_statement, set_statement};
 use crate::server::query;
 use crate::session_state::policy::Feature;
 use crate::session_state::tracker::{CLEANUP_SQL, PIN_CHECK_SQL, RESET_SQL};
@@ -139,12 +139,24 @@ async fn serve_request(
     s.entry.set_state(ClientState::Active);
     s.entry.server_id.store(server.id, Ordering::Relaxed);
     // The relay's first clock reading: when the server was linked (query and transaction times
-    // count from there, as PgBouncer's do: the wait is wait_time), after any SETs it needed.
-    let prepared = if server_ready_now(app, client.id, s, &mut server) {
-        Ok(false)
-    } else {
+    // count from there, as PgBouncer's do: the wait is wait_time), after any queries it needed.
+    let prepared = match server_prep(app, client.id, s, &mut server) {
+        Prep::Ready => Ok(false),
+        // Statements known to succeed go out in the same write as the request: no round trip
+        // per hand-out between clients whose parameters differ.
+        Prep::Ahead(sql) => {
+            s.relay_scratch.send_ahead(&sql);
+            PoolStats::add(&s.pool.stats.syncs_ahead, 1);
+            Ok(false)
+        }
         // Boxed: the queries' future would otherwise size every client's task for a rare step.
-        Box::pin(prepare_server(app, client.id, s, &mut server, max_packet)).await
+        Prep::RoundTrip => {
+            let ran = Box::pin(prepare_server(app, client.id, s, &mut server, max_packet)).await;
+            if matches!(ran, Ok(true)) {
+                PoolStats::add(&s.pool.stats.syncs_round_trip, 1);
+            }
+            ran
+        }
     };
     let mut relay_from = match prepared {
         Ok(false) => handed_at,
@@ -155,12 +167,10 @@ async fn serve_request(
                 client.id,
                 client.label()
             );
-            return Some(EndReason::Error(ClientNotice::new(
-                sqlstate::PROTOCOL_VIOLATION,
-                format!("invalid server parameter: {e}"),
-            )));
+            return Some(EndReason::Error(invalid_server_parameter(&e)));
         }
     };
+    s.params_confirmed = true;
     s.cancel.slot.link(&server.addr, server.backend_key);
     let end = loop {
         let end = relay_once(app, client, s, &mut server, settings, relay_from).await;
@@ -238,19 +248,56 @@ fn sync_pin_count(s: &mut Session) {
     }
 }
 
-/// `prepare_server`'s common case without a future: the server carries this client's session
-/// state (or neither it nor the client has any) and its tracked parameters match. False when a
-/// query must run first.
-fn server_ready_now(app: &App, client_id: u64, s: &Session, server: &mut PooledServer) -> bool {
+/// What a freshly linked server needs before it carries this client's session.
+enum Prep {
+    /// Nothing: it carries this client's session state (or neither has any) and its tracked
+    /// parameters match.
+    Ready,
+    /// These statements, known to succeed, sent ahead of the request (`RelayScratch::send_ahead`).
+    Ahead(String),
+    /// Queries run and answered before the request goes (`prepare_server`).
+    RoundTrip,
+}
+
+/// Decide `Prep` without a future (the common case is `Ready`).
+///
+/// Statements go ahead of the request only when a failure is not expected: the request behind
+/// them would run anyway (the client is then ended with the error). So only once a server has
+/// accepted this client's values (`Session::params_confirmed`; the tracker's replay holds only
+/// statements that committed), and never for a replay that changes the role.
+fn server_prep(app: &App, client_id: u64, s: &Session, server: &mut PooledServer) -> Prep {
     let carries_mine = server.gucs_dirty && server.gucs_owner == client_id;
-    if !carries_mine {
-        if server.gucs_dirty || s.tracker.has_tracked() {
-            return false;
-        }
+    if carries_mine || !(server.gucs_dirty || s.tracker.has_tracked()) {
+        // Only the tracked parameters may differ.
         server.gucs_owner = client_id;
+        return match set_statement(&app.tracked, &s.params, &mut server.params) {
+            None => Prep::Ready,
+            Some(sql) if s.params_confirmed => Prep::Ahead(sql),
+            Some(_) => Prep::RoundTrip,
+        };
     }
-    // (When this finds SETs to run, `prepare_server` builds them again: a rare, cold path.)
-    set_statement(&app.tracked, &s.params, &mut server.params).is_none()
+    if !s.params_confirmed || s.tracker.replays_identity() {
+        return Prep::RoundTrip;
+    }
+    // Another client's changes to undo and/or this client's to replay, then the tracked
+    // parameters: after a RESET ALL the server's values are its defaults, so all of them.
+    let mut sql = String::new();
+    let sets = if server.gucs_dirty {
+        sql.push_str(RESET_SQL);
+        sql.push(';');
+        set_all_statement(&app.tracked, &s.params)
+    } else {
+        set_statement(&app.tracked, &s.params, &mut server.params)
+    };
+    if let Some(replay) = s.tracker.replay_sql() {
+        sql.push_str(&replay);
+    }
+    if let Some(sets) = sets {
+        sql.push_str(&sets);
+    }
+    server.gucs_dirty = s.tracker.has_tracked();
+    server.gucs_owner = client_id;
+    Prep::Ahead(sql)
 }
 
 /// Make a freshly linked server carry this client's session: undo another client's parameter

@@ -32,6 +32,20 @@ enum Step {
 }
 
 impl Relay<'_> {
+    /// How the server will read the client's SQL: with the client's standard_conforming_strings,
+    /// which the server has by the time the SQL runs (its SET may be on the way ahead of the
+    /// request: `RelayScratch::send_ahead`), or the server's when the client has none.
+    fn lex_options(&self) -> LexOptions {
+        const SCS: &str = "standard_conforming_strings";
+        let scs = self
+            .client_params
+            .get(SCS)
+            .or_else(|| self.server.params.get(SCS));
+        LexOptions {
+            standard_conforming_strings: scs != Some("off"),
+        }
+    }
+
     pub(super) fn scan_client(&mut self) -> Result<(), RelayEnd> {
         loop {
             let len = self.client.rbuf.len();
@@ -133,10 +147,7 @@ impl Relay<'_> {
             let rest = &body[after_name..];
             &rest[..until_nul(rest)]
         };
-        let opts = LexOptions {
-            standard_conforming_strings: self.server.params.get("standard_conforming_strings")
-                != Some("off"),
-        };
+        let opts = self.lex_options();
         // A Parse runs later (at Execute) and cannot be refused cleanly here: it pins instead.
         let may_pin = self.may_pin || tag == frontend_tag::PARSE;
         let Some(tracker) = self.tracker.as_deref_mut() else {
@@ -386,10 +397,7 @@ impl Relay<'_> {
         let portal = visible[..portal_end].to_vec();
         let stmt = self.client_statement(&name)?;
         if stmt.affects_session {
-            let opts = LexOptions {
-                standard_conforming_strings: self.server.params.get("standard_conforming_strings")
-                    != Some("off"),
-            };
+            let opts = self.lex_options();
             if let Some(t) = self.tracker.as_deref_mut() {
                 // Refusing mid-batch is not possible here: session state from a named statement pins.
                 t.observe(stmt.query().as_bytes(), opts, true);

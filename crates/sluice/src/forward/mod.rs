@@ -8,6 +8,9 @@
 //! In transaction and statement mode, named prepared statements are rewritten (`prepared`): the
 //! relay then keeps a queue of the replies the server owes (`expect`) so that replies to requests
 //! it injected are dropped and replies to requests it absorbed are synthesized in order.
+//!
+//! A relay may start with a pooler query ahead of the client's request (the session's SETs,
+//! `RelayScratch::send_ahead`): the server's replies through its ReadyForQuery are dropped first.
 
 mod client_scan;
 pub mod expect;
@@ -20,7 +23,7 @@ use std::task::{Context, Poll};
 
 use bytes::{Buf, BytesMut};
 use sluice_config::PoolMode;
-use sluice_protocol::TransactionStatus;
+use sluice_protocol::{encode_query, TransactionStatus};
 use tokio::time::{Instant, Sleep};
 
 use crate::client::ClientConn;
@@ -104,12 +107,25 @@ pub struct RelayScratch {
     expect: VecDeque<Expect>,
     /// The relay's last clock reading (see `Relay::clock`), for the release that follows.
     last_clock: Option<Instant>,
+    /// A pooler query went into `c_inject` ahead of the client's request (`send_ahead`): the
+    /// server's replies through its first ReadyForQuery are the pooler's.
+    lead_skip: bool,
 }
 
 impl RelayScratch {
     /// The time the last relay read when it ended (normally at the server's last ReadyForQuery).
     pub fn take_last_clock(&mut self) -> Option<Instant> {
         self.last_clock.take()
+    }
+
+    /// Send `sql` (a simple query) to the server ahead of the client's request, in the same
+    /// write, and drop its replies: the next relay skips everything the server sends through the
+    /// query's ReadyForQuery and ends the client if the query fails. For statements known to
+    /// succeed (the session's parameter SETs once a server accepted the values): saves the round
+    /// trip a query run on its own would cost before the request could go.
+    pub fn send_ahead(&mut self, sql: &str) {
+        encode_query(sql, &mut self.c_inject);
+        self.lead_skip = true;
     }
 }
 
@@ -157,7 +173,8 @@ pub struct Relay<'a> {
     s: Scan,
     /// The server reported an error in an extended-protocol batch: it ignores everything until Sync.
     discard_until_sync: bool,
-    /// ReadyForQuery messages the server still owes (one per Query, Sync, FunctionCall).
+    /// ReadyForQuery messages the server still owes (one per Query, Sync, FunctionCall, and one
+    /// for a query sent ahead: `RelayScratch::send_ahead`).
     pending_rfq: u32,
     /// Extended-protocol messages sent since the last Sync.
     unsynced: bool,
@@ -192,6 +209,7 @@ impl Drop for Relay<'_> {
         self.scratch.c_inject.clear();
         self.scratch.s_inject.clear();
         self.scratch.expect.clear();
+        self.scratch.lead_skip = false;
         self.scratch.last_clock = self.clock;
     }
 }
@@ -233,7 +251,7 @@ impl<'a> Relay<'a> {
             c: Scan::default(),
             s: Scan::default(),
             discard_until_sync: false,
-            pending_rfq: 0,
+            pending_rfq: u32::from(scratch.lead_skip),
             unsynced: false,
             syncs_in_copy_window: 0,
             copy_done_in_window: false,

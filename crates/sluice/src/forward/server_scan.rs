@@ -3,10 +3,13 @@
 //! are matched to the request queue to drop injected ones and synthesize absorbed ones.
 
 use bytes::Buf;
-use sluice_protocol::{backend_tag, decode_parameter_status, decode_ready_for_query, peek_header};
+use sluice_protocol::{
+    backend_tag, decode_error_fields, decode_parameter_status, decode_ready_for_query, peek_header,
+};
 
 use super::expect::{Action, Expect};
 use super::{Relay, RelayEnd, INSPECT_MAX};
+use crate::error::{invalid_server_parameter, ServerError};
 
 /// What to do with one server reply.
 enum Route {
@@ -29,6 +32,12 @@ impl Relay<'_> {
                 let take = self.s.remaining.min(len - self.s.ready);
                 self.s.ready += take;
                 self.s.remaining -= take;
+                continue;
+            }
+            if self.scratch.lead_skip {
+                if !self.skip_lead()? {
+                    return Ok(()); // the rest of the pooler's replies has not arrived
+                }
                 continue;
             }
             if rewriting && !self.drain_fakes() {
@@ -124,6 +133,62 @@ impl Relay<'_> {
             self.s.ready += take;
             self.s.remaining = total - take;
             self.s.need = 0;
+        }
+    }
+
+    /// Drop the replies to a query the pooler sent ahead of the client's request
+    /// (`RelayScratch::send_ahead`), through its ReadyForQuery, keeping the server's parameter
+    /// reports. True when they are all gone; false when more must be read. A failure ends the
+    /// client: its request went out behind the query and must not run on a server that is not in
+    /// the state the client expects (the server is closed).
+    fn skip_lead(&mut self) -> Result<bool, RelayEnd> {
+        // Nothing of this relay's server bytes was forwarded yet: the replies are at the front.
+        debug_assert!(self.s.ready == 0 && self.s.remaining == 0);
+        loop {
+            let header = match peek_header(&self.server.rbuf, self.max_packet) {
+                Ok(Some(h)) => h,
+                Ok(None) => return Ok(false),
+                Err(_) => return Err(self.server_gone()),
+            };
+            let total = header.total_len();
+            if total > INSPECT_MAX {
+                return Err(self.server_gone());
+            }
+            if self.server.rbuf.len() < total {
+                self.s.need = total;
+                return Ok(false);
+            }
+            let body = &self.server.rbuf[5..total];
+            match header.tag {
+                backend_tag::READY_FOR_QUERY => {
+                    self.server.status =
+                        decode_ready_for_query(body).map_err(|_| self.server_gone())?;
+                    self.pending_rfq = self.pending_rfq.saturating_sub(1);
+                    self.scratch.lead_skip = false;
+                }
+                backend_tag::PARAMETER_STATUS => {
+                    if let Ok((k, v)) = decode_parameter_status(body) {
+                        self.server.params.set(k, v);
+                    }
+                }
+                backend_tag::ERROR_RESPONSE => {
+                    let fields = decode_error_fields(body).map_err(|_| self.server_gone())?;
+                    let notice = invalid_server_parameter(&ServerError::Query(Box::new(fields)));
+                    return Err(RelayEnd::Fatal {
+                        notice,
+                        server_clean: false,
+                    });
+                }
+                backend_tag::COPY_IN | backend_tag::COPY_OUT | backend_tag::COPY_BOTH => {
+                    return Err(self.server_gone());
+                }
+                _ => {}
+            }
+            self.server.rbuf.advance(total);
+            self.s.need = 0;
+            if !self.scratch.lead_skip {
+                return Ok(true);
+            }
         }
     }
 

@@ -395,6 +395,18 @@ const TOTALS: &[StatField] = &[
         |s| s.bind_count as f64,
     ),
     (
+        "sluice_session_syncs_round_trip_total",
+        "counter",
+        "Server hand-outs that ran queries giving the server the client's session parameters before forwarding its request.",
+        |s| s.syncs_round_trip as f64,
+    ),
+    (
+        "sluice_session_syncs_ahead_total",
+        "counter",
+        "Server hand-outs that sent the client's session parameters in the same write as its request.",
+        |s| s.syncs_ahead as f64,
+    ),
+    (
         "sluice_client_logins_total",
         "counter",
         "Client logins.",

@@ -353,6 +353,24 @@ pub fn set_statement(
     Some(sql)
 }
 
+/// `SET k='v';...` for every tracked parameter the client has: what a server needs after a RESET
+/// ALL, whose values are then the server's own defaults, not known here. None when the client
+/// has none.
+pub fn set_all_statement(tracked: &TrackedSet, client: &ParamMap) -> Option<String> {
+    let mut sql = String::new();
+    for ((name, want), on) in SLOTS.iter().zip(&client.fixed).zip(tracked.slots) {
+        if let (true, Some(want)) = (on, want) {
+            push_set(&mut sql, name, want);
+        }
+    }
+    for name in &tracked.extra {
+        if let Some(want) = client.listed_arc(name) {
+            push_set(&mut sql, name, want);
+        }
+    }
+    (!sql.is_empty()).then_some(sql)
+}
+
 fn push_set(sql: &mut String, name: &str, value: &str) {
     sql.push_str("SET ");
     push_ident(sql, name);
@@ -419,6 +437,21 @@ mod tests {
                 server.value(name).unwrap()
             ));
         }
+    }
+
+    #[test]
+    fn after_a_reset_every_tracked_value_is_set() {
+        let tracked = TrackedSet::new(&["search_path".to_string()]);
+        let mut client = ParamMap::new();
+        client.set("TimeZone", "UTC");
+        client.set("search_path", "a, b");
+        client.set("work_mem", "1GB"); // not tracked
+        client.set("IntervalStyle", "iso_8601"); // not tracked here
+        assert_eq!(
+            set_all_statement(&tracked, &client).unwrap(),
+            "SET TimeZone='UTC';SET search_path='a, b';"
+        );
+        assert_eq!(set_all_statement(&tracked, &ParamMap::new()), None);
     }
 
     #[test]

@@ -189,6 +189,15 @@ impl SessionTracker {
     pub fn has_tracked(&self) -> bool {
         !self.tracked.is_empty()
     }
+
+    /// The replay changes who the client is (SET ROLE, SET SESSION AUTHORIZATION): a change that
+    /// may stop being allowed (a membership revoked), so it must not run where a failure would
+    /// leave the request behind it running under the login role.
+    pub fn replays_identity(&self) -> bool {
+        self.tracked
+            .iter()
+            .any(|(k, _)| k == "role" || k == "session_authorization")
+    }
 }
 
 /// Pins the check query cannot see through: they last as long as the client.

@@ -60,6 +60,11 @@ pub struct PoolStats {
     pub client_parse_count: AtomicU64,
     pub server_parse_count: AtomicU64,
     pub bind_count: AtomicU64,
+    /// Hand-outs that gave the server the client's session (parameter SETs, another client's
+    /// changes undone, this client's replayed) in queries answered before the request went.
+    pub syncs_round_trip: AtomicU64,
+    /// Hand-outs that sent those statements ahead of the request, in the same write.
+    pub syncs_ahead: AtomicU64,
     /// Client login: accept to the welcome ReadyForQuery.
     pub login_time: Histogram,
     /// Server connect: TCP/Unix connect + server login + connect_query.
@@ -81,6 +86,8 @@ pub struct StatsSnapshot {
     pub client_parse_count: u64,
     pub server_parse_count: u64,
     pub bind_count: u64,
+    pub syncs_round_trip: u64,
+    pub syncs_ahead: u64,
 }
 
 impl PoolStats {
@@ -102,6 +109,8 @@ impl PoolStats {
             client_parse_count: self.client_parse_count.get(),
             server_parse_count: self.server_parse_count.get(),
             bind_count: self.bind_count.get(),
+            syncs_round_trip: self.syncs_round_trip.get(),
+            syncs_ahead: self.syncs_ahead.get(),
         }
     }
 }
@@ -121,6 +130,8 @@ impl StatsSnapshot {
             client_parse_count: f(self.client_parse_count, o.client_parse_count),
             server_parse_count: f(self.server_parse_count, o.server_parse_count),
             bind_count: f(self.bind_count, o.bind_count),
+            syncs_round_trip: f(self.syncs_round_trip, o.syncs_round_trip),
+            syncs_ahead: f(self.syncs_ahead, o.syncs_ahead),
         }
     }
 
