@@ -54,11 +54,15 @@ TARGETS = ["direct", "pgbouncer", "sluice", "sluice_w1", "floor_epoll", "floor_u
 FLOORS = ("floor_epoll", "floor_uring")
 POOLERS = TARGETS[1:]
 
-def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=False):
+def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=False, apps=None, tls=False):
     """kind: pgbench (cpu per transaction), login (-C: one login per transaction, cpu per login),
     idle (hold idle logged-in clients, RSS per client; poolers only). w1: also run on sluice_w1.
-    floor: also run on the floor forwarders (one server connection per client: few clients only)."""
-    return {"name": name, "args": args, "clients": clients, "user": user, "kind": kind, "w1": w1, "floor": floor}
+    floor: also run on the floor forwarders (one server connection per client: few clients only).
+    apps: application_names; the clients are split over one pgbench per name, run at once.
+    tls: clients connect with sslmode=require (poolers only; every other scenario runs with
+    sslmode=disable)."""
+    return {"name": name, "args": args, "clients": clients, "user": user, "kind": kind, "w1": w1,
+            "floor": floor, "apps": apps, "tls": tls}
 
 
 SCENARIOS = [
@@ -73,12 +77,24 @@ SCENARIOS = [
     # Named prepared statements through transaction pooling (PgBouncer >= 1.21 remaps them;
     # the Debian PgBouncer 1.18 does not, so its row shows the failures operators used to get).
     scenario("select_prepared_c50", ["-S", "-M", "prepared"], 50),
+    # Two client programs (application_name a / b) sharing one pool of 20 servers: a server that
+    # changes hands between them needs a SET application_name first (PgBouncer: a round trip of
+    # its own; Sluice: in the same write as the request).
+    scenario("select_two_apps_c50", ["-S"], 50, apps=["bench_a", "bench_b"]),
+    # TLS between the clients and the pooler (the same self-signed ECDSA P-256 certificate for
+    # both; PgBouncer with OpenSSL, Sluice with rustls): per transaction and per login, where
+    # every login is a full handshake.
+    scenario("select_tls_c50", ["-S"], 50, tls=True),
+    scenario("connect_tls_md5_select1_c20", ["-C", "-f", "{select1}"], 20, user=MD5_USER, kind="login",
+             tls=True),
     # Clients = BENCH_IDLE_CLIENTS, filled in by main().
     scenario("idle_clients", [], None, user=MD5_USER, kind="idle"),
 ]
 
 
 def applies(sc, target):
+    if sc["tls"] and target not in ("pgbouncer", "sluice"):
+        return False
     if target == "sluice_w1":
         return sc["w1"]
     if target in FLOORS:
@@ -86,6 +102,19 @@ def applies(sc, target):
     if sc["kind"] == "idle":
         return target != "direct"
     return True
+
+
+def make_tls_cert(tls_dir):
+    """A self-signed ECDSA P-256 certificate for the poolers' client side (readable by the
+    postgres user, which runs PgBouncer: a throwaway key in the bench's temp dir)."""
+    os.mkdir(tls_dir)
+    os.chmod(tls_dir, 0o755)
+    key, crt = os.path.join(tls_dir, "pooler.key"), os.path.join(tls_dir, "pooler.crt")
+    run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-days", "2", "-subj", "/CN=localhost", "-keyout", key, "-out", crt],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for f in (key, crt):
+        os.chmod(f, 0o644)
 
 
 def log(msg):
@@ -264,6 +293,9 @@ max_client_conn = {max_client_conn}
 log_connections = 0
 log_disconnections = 0
 ignore_startup_parameters = extra_float_digits
+client_tls_sslmode = allow
+client_tls_key_file = {tls_dir}/pooler.key
+client_tls_cert_file = {tls_dir}/pooler.crt
 """
 
 
@@ -282,7 +314,8 @@ class Pooler:
         ini = os.path.join(self.dir, "pgbouncer.ini")
         with open(ini, "w") as f:
             f.write(POOLER_INI.format(db=DB, pg_port=cluster.port, port=self.port, dir=self.dir,
-                                      max_client_conn=max_client_conn) + extra_ini)
+                                      max_client_conn=max_client_conn,
+                                      tls_dir=os.path.join(base, "tls")) + extra_ini)
         with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
             for user, secret in secrets.items():
                 f.write(f'"{user}" "{secret}"\n')
@@ -396,27 +429,70 @@ def percentiles_ms(prefix):
     return {"p50_ms": rank(50), "p95_ms": rank(95), "p99_ms": rank(99), "logged_tx": len(lat)}
 
 
+def run_pgbenches(cmds, envs, timeout):
+    """Run pgbench commands at once; [(stdout, stderr, exit code)] in order."""
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+             for c, e in zip(cmds, envs)]
+    deadline = time.time() + timeout
+    results = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=max(1.0, deadline - time.time()))
+            results.append((out, err, p.returncode))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            results.append((out, "pgbench timed out", -1))
+    return results
+
+
+def merge_pgbench(parsed):
+    """One pgbench result from the results of pgbench runs side by side (summed tps and counts,
+    latency weighted by transactions)."""
+    if len(parsed) == 1:
+        return parsed[0]
+    if any(p["tps"] is None for p in parsed):
+        return next(p for p in parsed if p["tps"] is None)
+    tx = sum(p["transactions"] or 0 for p in parsed)
+    lat = [(p["latency_ms"], p["transactions"] or 0) for p in parsed if p["latency_ms"] is not None]
+    return {
+        "tps": round(sum(p["tps"] for p in parsed), 6),
+        "latency_ms": round(sum(l * n for l, n in lat) / tx, 3) if tx and lat else None,
+        "transactions": tx,
+        "failed": sum(p["failed"] or 0 for p in parsed) if any(p["failed"] is not None for p in parsed) else None,
+        "aborted_clients": sum(p["aborted_clients"] for p in parsed),
+    }
+
+
 def run_scenario(sc, target_name, port, pooler, duration, select1, log_prefix):
     name, clients, user = sc["name"], sc["clients"], sc["user"]
     args = [a.replace("{select1}", select1) for a in sc["args"]]
-    cmd = ["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", user,
-           "-c", str(clients), "-j", "2", "-T", str(duration),
-           "--log", f"--log-prefix={log_prefix}"] + args + [DB]
-    env = dict(os.environ, PGPASSWORD=PASSWORDS[user], PGCONNECT_TIMEOUT="15")
+    apps = sc.get("apps") or [None]
+    cmds, envs = [], []
+    for i, app in enumerate(apps):
+        # One log prefix per run, all matched by percentiles_ms(log_prefix).
+        prefix = log_prefix if app is None else f"{log_prefix}.{i}"
+        cmds.append(["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", user,
+                     "-c", str(clients // len(apps)), "-j", str(2 // len(apps) or 1), "-T", str(duration),
+                     "--log", f"--log-prefix={prefix}"] + args + [DB])
+        env = dict(os.environ, PGPASSWORD=PASSWORDS[user], PGCONNECT_TIMEOUT="15",
+                   PGSSLMODE="require" if sc["tls"] else "disable")
+        if app is not None:
+            env["PGAPPNAME"] = app
+        envs.append(env)
     pid = pooler.pid if pooler else None
     if pid:
         reset_hwm(pid)
         cpu0 = proc_cpu_ticks(pid)
     t0 = time.time()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=duration * 4 + 120)
-        out, err, rc = p.stdout, p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out, err, rc = (e.stdout or b"").decode(errors="replace"), "pgbench timed out", -1
+    runs = run_pgbenches(cmds, envs, duration * 4 + 120)
     wall = time.time() - t0
+    rc = next((c for _, _, c in runs if c != 0), 0)
+    err = "\n".join(e for _, e, _ in runs)
+    out = runs[-1][0]
     r = {"scenario": name, "kind": sc["kind"], "target": target_name, "clients": clients, "user": user,
          "exit_code": rc, "wall_s": round(wall, 2)}
-    r.update(parse_pgbench(out, err))
+    r.update(merge_pgbench([parse_pgbench(o, e) for o, e, _ in runs]))
     r.update(percentiles_ms(log_prefix))
     r["cpu_us_per_tx"] = None
     r["cpu_us_per_login"] = None
@@ -767,6 +843,7 @@ def main():
         with open(select1, "w") as f:
             f.write("SELECT 1;\n")
         os.chmod(select1, 0o644)
+        make_tls_cert(os.path.join(base, "tls"))
         pglog_dir = os.path.join(base, "pgbench-log")
         os.mkdir(pglog_dir)
 

@@ -10,8 +10,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-for tool in pgbench psql python3; do
-    command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install postgresql python3)" >&2; exit 1; }
+for tool in pgbench psql python3 openssl; do
+    command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install postgresql python3 openssl)" >&2; exit 1; }
 done
 [ -x "${PGBOUNCER_BIN:-/usr/sbin/pgbouncer}" ] || echo "==> pgbouncer not installed (apt-get install pgbouncer): skipped" >&2
 
