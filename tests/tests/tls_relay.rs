@@ -1,6 +1,6 @@
 //! The relay over TLS through the real binary: large messages with back-pressure on both legs,
-//! named prepared statements whose rewritten Bind goes out in one TLS record, and TLS sockets that
-//! move between workers (servers at hand-out, clients under worker packing).
+//! named prepared statements whose rewritten Bind goes out in one TLS record, session state sent
+//! ahead of a request, and TLS sockets that move between workers (servers at hand-out, clients under worker packing).
 
 mod tls_support;
 
@@ -80,6 +80,45 @@ async fn prepared_statements_cross_tls_on_both_legs() {
             "round {i}"
         );
     }
+}
+
+/// Two clients with their own application_name share one TLS server: at each hand-out the
+/// statements that give the server the client's session go ahead of its request, in the same
+/// TLS write (`RelayScratch::send_ahead`), and their replies never reach the client.
+#[tokio::test]
+async fn session_state_goes_ahead_of_the_request_over_tls() {
+    pg_with_ssl();
+    let s = builder(&ini(
+        "auth_type = trust\nclient_tls_sslmode = require\nserver_tls_sslmode = require\n\
+         pool_mode = transaction\ndefault_pool_size = 1\n",
+        DB_BY_IP,
+    ))
+    .start();
+    let mut clients = Vec::new();
+    for app in ["app_a", "app_b"] {
+        let mut c = PgTls::connect(s.port, &Certs::get().ca.pem.cert, Negotiation::SslRequest)
+            .await
+            .unwrap();
+        c.startup("trust_user", "app").await.unwrap();
+        c.query(&format!("SET application_name = '{app}'"))
+            .await
+            .unwrap();
+        clients.push((app, c));
+    }
+    let sql =
+        "SELECT current_setting('application_name') || ' ' || ssl || ' ' || pg_backend_pid() \
+               FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+    let mut pids = std::collections::HashSet::new();
+    for round in 0..10 {
+        for (app, c) in clients.iter_mut() {
+            let got = c.query(sql).await.unwrap().unwrap();
+            let mut parts = got.split(' ');
+            assert_eq!(parts.next(), Some(*app), "round {round}: {got}");
+            assert_eq!(parts.next(), Some("true"), "round {round}: {got}");
+            pids.extend(parts.next().map(str::to_string));
+        }
+    }
+    assert_eq!(pids.len(), 1, "one shared server: {pids:?}");
 }
 
 /// With two workers and one server, the server's TLS stream moves between the workers' IO
