@@ -236,3 +236,40 @@ async fn cancel_request_stops_a_running_query() {
     let b = connect(&s, &u).await;
     assert_eq!(pid(&b).await, pa);
 }
+
+/// A request behind statements sent ahead of it (another client's application_name was on the
+/// server) can be cancelled: the client's cancel is linked to the server once their replies are in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_reaches_a_request_behind_statements_sent_ahead() {
+    let u = new_role("cancel_ahead").await;
+    let (s, mport) = start_one_server(&u);
+    let a = connect_params(&s, &u, "a", "UTC").await;
+    let b = connect_params(&s, &u, "b", "UTC").await;
+    // Both clients' values accepted by the server once; then each hand-out sends SETs ahead.
+    settings(&a).await;
+    settings(&b).await;
+    settings(&a).await;
+    let before = param_sets(mport).await.1;
+    let token = b.cancel_token();
+    let h = tokio::spawn(async move {
+        let t0 = Instant::now();
+        let r = b.batch_execute("SELECT pg_sleep(30)").await;
+        (r, t0.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(param_sets(mport).await.1 > before, "no SETs went ahead");
+    token
+        .cancel_query(NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cancel_query: {e:?}\nlog:\n{}", s.log()));
+    let (r, took) = join(h, Duration::from_secs(5), "cancelled query").await;
+    let e = r.expect_err("pg_sleep(30) should have been cancelled");
+    assert_eq!(
+        e.code(),
+        Some(&SqlState::QUERY_CANCELED),
+        "{}",
+        err_text(&e)
+    );
+    assert!(took < Duration::from_secs(3), "cancel took {took:?}");
+    assert_eq!(settings(&a).await.0, "a");
+}

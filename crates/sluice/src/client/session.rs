@@ -171,7 +171,10 @@ async fn serve_request(
         }
     };
     s.params_confirmed = true;
-    s.cancel.slot.link(&server.addr, server.backend_key);
+    if !s.relay_scratch.ahead_pending() {
+        // (Else the relay links it once the statements sent ahead are answered.)
+        s.cancel.slot.link(&server.addr, server.backend_key);
+    }
     let end = loop {
         let end = relay_once(app, client, s, &mut server, settings, relay_from).await;
         sync_pin_count(s);
@@ -359,6 +362,7 @@ async fn relay_once(
             || max_pinned == 0
             || s.pool.pinned_clients() < max_pinned);
     let tracking = pooled.then_some((&mut s.tracker, may_pin));
+    let relay_ahead = s.relay_scratch.ahead_pending();
     let mut relay = Relay::new(
         client,
         server,
@@ -373,6 +377,9 @@ async fn relay_once(
         &mut s.relay_scratch,
         from,
     );
+    if relay_ahead {
+        relay.link_cancel_after_lead(&s.cancel.slot);
+    }
     // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
     tokio::select! {
         biased;

@@ -26,6 +26,7 @@ use sluice_config::PoolMode;
 use sluice_protocol::{encode_query, TransactionStatus};
 use tokio::time::{Instant, Sleep};
 
+use crate::cancel::CancelSlot;
 use crate::client::ClientConn;
 use crate::error::{sqlstate, ClientNotice};
 use crate::pool::RelayTimeouts;
@@ -127,6 +128,11 @@ impl RelayScratch {
         encode_query(sql, &mut self.c_inject);
         self.lead_skip = true;
     }
+
+    /// A query sent ahead waits for its replies (the next relay starts with them).
+    pub fn ahead_pending(&self) -> bool {
+        self.lead_skip
+    }
 }
 
 /// Per-direction scan position: `ready` bytes at the front of the buffer are inspected and may be
@@ -201,6 +207,9 @@ pub struct Relay<'a> {
     track_activity: bool,
     /// Where the reusable buffers go back when the relay ends.
     scratch: &'a mut RelayScratch,
+    /// The client's cancel slot, to link to the server once the replies to a query sent ahead
+    /// are in (`link_cancel_after_lead`).
+    cancel_after_lead: Option<&'a CancelSlot>,
 }
 
 impl Drop for Relay<'_> {
@@ -266,7 +275,17 @@ impl<'a> Relay<'a> {
             track_activity: timeouts.idle_transaction_timeout.is_some()
                 || timeouts.client_idle_timeout.is_some(),
             scratch,
+            cancel_after_lead: None,
         }
+    }
+
+    /// Link the client's cancel requests to the server only once the replies to the query sent
+    /// ahead of its request are in: a cancel must stop the client's request, not the session's
+    /// SETs in front of it (whose failure would end the client while its request runs on). One
+    /// that comes sooner finds the client unlinked and is dropped, as when those SETs ran in a
+    /// round trip of their own.
+    pub fn link_cancel_after_lead(&mut self, slot: &'a CancelSlot) {
+        self.cancel_after_lead = Some(slot);
     }
 
     /// Relay until the server can be released or either side ends. The client's buffer must hold

@@ -165,6 +165,9 @@ impl Relay<'_> {
                         decode_ready_for_query(body).map_err(|_| self.server_gone())?;
                     self.pending_rfq = self.pending_rfq.saturating_sub(1);
                     self.scratch.lead_skip = false;
+                    if let Some(slot) = self.cancel_after_lead.take() {
+                        slot.link(&self.server.addr, self.server.backend_key);
+                    }
                 }
                 backend_tag::PARAMETER_STATUS => {
                     if let Ok((k, v)) = decode_parameter_status(body) {
