@@ -204,17 +204,14 @@ async fn a_replayed_role_is_set_before_the_request_goes() {
 // Cancel
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_request_stops_a_running_query() {
-    let u = new_role("cancel").await;
-    let s = start("pool_mode = transaction\ndefault_pool_size = 1", &[&u]);
-    let a = connect(&s, &u).await;
-    let pa = pid(&a).await;
-    let token = a.cancel_token();
+/// Run `SELECT pg_sleep(30)` on `c`, cancel it 400 ms later, and check it stopped with
+/// query_canceled within 3 s; the client comes back for more.
+async fn sleep_then_cancel(s: &Sluice, c: Client) -> Client {
+    let token = c.cancel_token();
     let h = tokio::spawn(async move {
         let t0 = Instant::now();
-        let r = a.batch_execute("SELECT pg_sleep(30)").await;
-        (a, r, t0.elapsed())
+        let r = c.batch_execute("SELECT pg_sleep(30)").await;
+        (c, r, t0.elapsed())
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(!h.is_finished());
@@ -222,7 +219,7 @@ async fn cancel_request_stops_a_running_query() {
         .cancel_query(NoTls)
         .await
         .unwrap_or_else(|e| panic!("cancel_query: {e:?}\nlog:\n{}", s.log()));
-    let (a, r, took) = join(h, Duration::from_secs(5), "cancelled query").await;
+    let (c, r, took) = join(h, Duration::from_secs(5), "cancelled query").await;
     let e = r.expect_err("pg_sleep(30) should have been cancelled");
     assert_eq!(
         e.code(),
@@ -231,6 +228,16 @@ async fn cancel_request_stops_a_running_query() {
         err_text(&e)
     );
     assert!(took < Duration::from_secs(3), "cancel took {took:?}");
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_stops_a_running_query() {
+    let u = new_role("cancel").await;
+    let s = start("pool_mode = transaction\ndefault_pool_size = 1", &[&u]);
+    let a = connect(&s, &u).await;
+    let pa = pid(&a).await;
+    let a = sleep_then_cancel(&s, a).await;
     // The pool is usable after: same client, same server (a cancel is not a disconnect), and others.
     assert_eq!(pid(&a).await, pa);
     let b = connect(&s, &u).await;
@@ -250,26 +257,8 @@ async fn cancel_reaches_a_request_behind_statements_sent_ahead() {
     settings(&b).await;
     settings(&a).await;
     let before = param_sets(mport).await.1;
-    let token = b.cancel_token();
-    let h = tokio::spawn(async move {
-        let t0 = Instant::now();
-        let r = b.batch_execute("SELECT pg_sleep(30)").await;
-        (r, t0.elapsed())
-    });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let b = sleep_then_cancel(&s, b).await;
     assert!(param_sets(mport).await.1 > before, "no SETs went ahead");
-    token
-        .cancel_query(NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("cancel_query: {e:?}\nlog:\n{}", s.log()));
-    let (r, took) = join(h, Duration::from_secs(5), "cancelled query").await;
-    let e = r.expect_err("pg_sleep(30) should have been cancelled");
-    assert_eq!(
-        e.code(),
-        Some(&SqlState::QUERY_CANCELED),
-        "{}",
-        err_text(&e)
-    );
-    assert!(took < Duration::from_secs(3), "cancel took {took:?}");
+    assert_eq!(settings(&b).await.0, "b");
     assert_eq!(settings(&a).await.0, "a");
 }
