@@ -301,6 +301,25 @@ async fn a_duplicate_statement_name_is_refused() {
 }
 
 #[tokio::test]
+async fn a_bind_naming_no_statement_in_bytes_that_are_not_utf8_is_refused() {
+    let s = start("");
+    let mut c = raw_login(&s).await;
+    let bad = msg(b'B', &[b"\0", &[0xff, 0xfe], b"\0", &[0, 0, 0, 0, 0, 0]]);
+    c.send(&[bad, execute(), sync()].concat()).await;
+    let (bytes, closed) = c.read_until_close(WAIT).await;
+    assert!(closed);
+    assert!(
+        bytes.windows(5).any(|w| w == b"26000"),
+        "26000 reported: {bytes:?}"
+    );
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.contains("prepared statement \"\u{fffd}\u{fffd}\" does not exist"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn lru_eviction_closes_and_reprepares() {
     let s = start("default_pool_size = 1\nmax_prepared_statements = 2");
     let mut c = raw_login(&s).await;

@@ -393,9 +393,14 @@ impl Relay<'_> {
         if start > 0 {
             return Ok(Step::Wait);
         }
-        let name = String::from_utf8_lossy(&visible[portal_end + 1..stmt_end]).into_owned();
-        let portal = visible[..portal_end].to_vec();
-        let stmt = self.client_statement(&name)?;
+        // The name is looked up where it lies and the portal copied from there below: no
+        // allocation per Bind.
+        let name_bytes = &visible[portal_end + 1..stmt_end];
+        let name_len = name_bytes.len();
+        let stmt = match std::str::from_utf8(name_bytes) {
+            Ok(name) => self.client_statement(name)?,
+            Err(_) => return Err(no_such_statement(&String::from_utf8_lossy(name_bytes))),
+        };
         if stmt.affects_session {
             let opts = self.lex_options();
             if let Some(t) = self.tracker.as_deref_mut() {
@@ -405,11 +410,12 @@ impl Relay<'_> {
         }
         self.ensure_prepared(&stmt);
         let head_len = 5 + stmt_end + 1;
-        let new_len = total - 1 - name.len() + stmt.server_name.len();
+        let new_len = total - 1 - name_len + stmt.server_name.len();
+        let portal = &self.client.rbuf[start + 5..start + 5 + portal_end];
         let out = &mut self.scratch.c_inject;
         out.put_u8(frontend_tag::BIND);
         out.put_u32(new_len as u32);
-        out.put_slice(&portal);
+        out.put_slice(portal);
         out.put_u8(0);
         out.put_slice(stmt.server_name.as_bytes());
         out.put_u8(0);
@@ -426,12 +432,7 @@ impl Relay<'_> {
         self.prepared
             .as_ref()
             .and_then(|p| p.client.get(name).cloned())
-            .ok_or_else(|| {
-                client_violation(
-                    INVALID_SQL_STATEMENT_NAME,
-                    format!("prepared statement \"{name}\" does not exist"),
-                )
-            })
+            .ok_or_else(|| no_such_statement(name))
     }
 
     /// Make sure the linked server has `stmt` prepared, injecting a Parse whose reply is dropped.
@@ -466,4 +467,11 @@ impl Relay<'_> {
             cached: Some(stmt.id),
         });
     }
+}
+
+fn no_such_statement(name: &str) -> RelayEnd {
+    client_violation(
+        INVALID_SQL_STATEMENT_NAME,
+        format!("prepared statement \"{name}\" does not exist"),
+    )
 }
