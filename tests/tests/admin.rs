@@ -7,7 +7,7 @@ mod admin_common;
 
 use std::time::{Duration, Instant};
 
-use admin_common::{admin, num, show, start};
+use admin_common::{admin, num, paused, show, start};
 use sluice_e2e::{pgbench, psql_cmd, Console, PgCluster, Sluice};
 
 const TEXT: u32 = 25;
@@ -547,13 +547,7 @@ async fn pause_during_pgbench_holds_clients_and_resume_lets_them_finish() {
         num(&p, "app", "cl_waiting") >= 1,
         "clients are held, not failed"
     );
-    assert_eq!(
-        show(&mut c, "state")
-            .await
-            .get("paused", "value")
-            .as_deref(),
-        Some("yes")
-    );
+    assert_eq!(paused(&mut c).await.as_deref(), Some("yes"));
     assert_eq!(num(&show(&mut c, "databases").await, "app", "paused"), 1);
     let e = c.query("PAUSE").await.unwrap_err();
     assert_eq!(e[&b'M'], "already suspended/paused");

@@ -6,7 +6,7 @@ mod admin_common;
 
 use std::time::Duration;
 
-use admin_common::{admin, show, start};
+use admin_common::{admin, paused, show, start};
 use nix::sys::signal::Signal;
 
 #[tokio::test]
@@ -15,22 +15,10 @@ async fn sigusr1_pauses_and_sigusr2_resumes() {
     let mut c = admin(&s).await;
     s.signal(Signal::SIGUSR1);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        show(&mut c, "state")
-            .await
-            .get("paused", "value")
-            .as_deref(),
-        Some("yes")
-    );
+    assert_eq!(paused(&mut c).await.as_deref(), Some("yes"));
     s.signal(Signal::SIGUSR2);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        show(&mut c, "state")
-            .await
-            .get("paused", "value")
-            .as_deref(),
-        Some("no")
-    );
+    assert_eq!(paused(&mut c).await.as_deref(), Some("no"));
     let a = s.connect("app", "apppw", "app").await.unwrap();
     a.simple_query("SELECT 1").await.unwrap();
 }

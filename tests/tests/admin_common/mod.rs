@@ -33,6 +33,11 @@ pub async fn show(c: &mut Console, what: &str) -> ConsoleResult {
         .unwrap_or_else(|e| panic!("SHOW {what}: {e:?}"))
 }
 
+/// SHOW STATE's `paused` value ("yes"/"no").
+pub async fn paused(c: &mut Console) -> Option<String> {
+    show(c, "state").await.get("paused", "value")
+}
+
 pub fn num(r: &ConsoleResult, key: &str, col: &str) -> i64 {
     r.get(key, col)
         .unwrap_or_else(|| panic!("no {col} for {key}"))

@@ -20,7 +20,6 @@ use super::login::Session;
 use super::registry::ClientState;
 use super::{ClientConn, EndReason};
 use crate::app::App;
-use crate::error::ServerError;
 use crate::error::{invalid_server_parameter, sqlstate, ClientNotice};
 use crate::forward::{Prepared, Relay, RelayEnd, CLIENT_READ_CHUNK};
 use crate::lifecycle::{Lifecycle, Phase};
@@ -149,13 +148,12 @@ async fn serve_request(
             PoolStats::add(&s.pool.stats.syncs_ahead, 1);
             Ok(false)
         }
-        // Boxed: the queries' future would otherwise size every client's task for a rare step.
-        Prep::RoundTrip => {
-            let ran = Box::pin(prepare_server(app, client.id, s, &mut server, max_packet)).await;
-            if matches!(ran, Ok(true)) {
-                PoolStats::add(&s.pool.stats.syncs_round_trip, 1);
-            }
-            ran
+        // Boxed: the query's future would otherwise size every client's task for a rare step.
+        Prep::RoundTrip(sql) => {
+            PoolStats::add(&s.pool.stats.syncs_round_trip, 1);
+            Box::pin(query::run_simple(&mut server, &sql, max_packet))
+                .await
+                .map(|()| true)
         }
     };
     let mut relay_from = match prepared {
@@ -258,8 +256,8 @@ enum Prep {
     Ready,
     /// These statements, known to succeed, sent ahead of the request (`RelayScratch::send_ahead`).
     Ahead(String),
-    /// Queries run and answered before the request goes (`prepare_server`).
-    RoundTrip,
+    /// These statements, run and answered before the request goes.
+    RoundTrip(String),
 }
 
 /// Decide `Prep` without a future (the common case is `Ready`).
@@ -270,20 +268,30 @@ enum Prep {
 /// statements that committed), and never for a replay that changes the role.
 fn server_prep(app: &App, client_id: u64, s: &Session, server: &mut PooledServer) -> Prep {
     let carries_mine = server.gucs_dirty && server.gucs_owner == client_id;
-    if carries_mine || !(server.gucs_dirty || s.tracker.has_tracked()) {
-        // Only the tracked parameters may differ.
-        server.gucs_owner = client_id;
-        return match set_statement(&app.tracked, &s.params, &mut server.params) {
-            None => Prep::Ready,
-            Some(sql) if s.params_confirmed => Prep::Ahead(sql),
-            Some(_) => Prep::RoundTrip,
-        };
+    // Another client's changes to undo and/or this client's to replay.
+    let replay = !carries_mine && (server.gucs_dirty || s.tracker.has_tracked());
+    let sql = catch_up_sql(app, s, server, replay);
+    if replay {
+        server.gucs_dirty = s.tracker.has_tracked();
     }
-    if !s.params_confirmed || s.tracker.replays_identity() {
-        return Prep::RoundTrip;
+    server.gucs_owner = client_id;
+    match sql {
+        None => Prep::Ready,
+        Some(sql) if s.params_confirmed && !(replay && s.tracker.replays_identity()) => {
+            Prep::Ahead(sql)
+        }
+        Some(sql) => Prep::RoundTrip(sql),
     }
-    // Another client's changes to undo and/or this client's to replay, then the tracked
-    // parameters: after a RESET ALL the server's values are its defaults, so all of them.
+}
+
+/// The statements that make a linked server carry this client's session: with `replay`, undo
+/// another client's parameter changes and replay this client's; then set the tracked parameters
+/// that differ (all of them after a RESET ALL, which leaves the server's defaults, not known
+/// here). None when there is nothing to do.
+fn catch_up_sql(app: &App, s: &Session, server: &mut PooledServer, replay: bool) -> Option<String> {
+    if !replay {
+        return set_statement(&app.tracked, &s.params, &mut server.params);
+    }
     let mut sql = String::new();
     let sets = if server.gucs_dirty {
         sql.push_str(RESET_SQL);
@@ -298,44 +306,7 @@ fn server_prep(app: &App, client_id: u64, s: &Session, server: &mut PooledServer
     if let Some(sets) = sets {
         sql.push_str(&sets);
     }
-    server.gucs_dirty = s.tracker.has_tracked();
-    server.gucs_owner = client_id;
-    Prep::Ahead(sql)
-}
-
-/// Make a freshly linked server carry this client's session: undo another client's parameter
-/// changes, replay this client's, then align the tracked startup parameters. Ok(true) when it
-/// ran a query for that.
-async fn prepare_server(
-    app: &Arc<App>,
-    client_id: u64,
-    s: &mut Session,
-    server: &mut PooledServer,
-    max_packet: usize,
-) -> Result<bool, ServerError> {
-    let mut ran = false;
-    let carries_mine = server.gucs_dirty && server.gucs_owner == client_id;
-    if !carries_mine {
-        let mut sql = String::new();
-        if server.gucs_dirty {
-            sql.push_str(RESET_SQL);
-            sql.push(';');
-        }
-        if let Some(replay) = s.tracker.replay_sql() {
-            sql.push_str(&replay);
-        }
-        if !sql.is_empty() {
-            query::run_simple(server, &sql, max_packet).await?;
-            ran = true;
-        }
-        server.gucs_dirty = s.tracker.has_tracked();
-        server.gucs_owner = client_id;
-    }
-    if let Some(sql) = set_statement(&app.tracked, &s.params, &mut server.params) {
-        query::run_simple(server, &sql, max_packet).await?;
-        ran = true;
-    }
-    Ok(ran)
+    (!sql.is_empty()).then_some(sql)
 }
 
 /// One relay run over the linked server, stopped early by KILL_CLIENT.
