@@ -87,9 +87,17 @@ SCENARIOS = [
     scenario("select_tls_c50", ["-S"], 50, tls=True),
     scenario("connect_tls_md5_select1_c20", ["-C", "-f", "{select1}"], 20, user=MD5_USER, kind="login",
              tls=True),
+    # Large results: 5,000 rows of 1 kB per transaction (5 MB from the server through the pooler).
+    scenario("big_rows_c4", ["-f", "{big_rows}"], 4),
     # Clients = BENCH_IDLE_CLIENTS, filled in by main().
     scenario("idle_clients", [], None, user=MD5_USER, kind="idle"),
 ]
+
+
+SCRIPTS = {
+    "select1": "SELECT 1;",
+    "big_rows": "SELECT repeat('x', 1000) FROM generate_series(1, 5000);",
+}
 
 
 def applies(sc, target):
@@ -464,9 +472,9 @@ def merge_pgbench(parsed):
     }
 
 
-def run_scenario(sc, target_name, port, pooler, duration, select1, log_prefix):
+def run_scenario(sc, target_name, port, pooler, duration, scripts, log_prefix):
     name, clients, user = sc["name"], sc["clients"], sc["user"]
-    args = [a.replace("{select1}", select1) for a in sc["args"]]
+    args = [a.format(**scripts) if a.startswith("{") else a for a in sc["args"]]
     apps = sc.get("apps") or [None]
     cmds, envs = [], []
     for i, app in enumerate(apps):
@@ -839,10 +847,12 @@ def main():
             sluice_bin = shutil.copy2(sluice_bin, os.path.join(base, "sluice-bin"))
         else:
             sluice_src = None
-        select1 = os.path.join(base, "select1.sql")
-        with open(select1, "w") as f:
-            f.write("SELECT 1;\n")
-        os.chmod(select1, 0o644)
+        scripts = {}  # pgbench -f scripts, by the name the scenarios' args use ("{select1}")
+        for key, sql in SCRIPTS.items():
+            scripts[key] = os.path.join(base, f"{key}.sql")
+            with open(scripts[key], "w") as f:
+                f.write(sql + "\n")
+            os.chmod(scripts[key], 0o644)
         make_tls_cert(os.path.join(base, "tls"))
         pglog_dir = os.path.join(base, "pgbench-log")
         os.mkdir(pglog_dir)
@@ -906,7 +916,7 @@ def main():
                 p.restart()
             else:
                 port = p.port if p is not None else cluster.port
-                r = run_scenario(sc, t, port, p, duration, select1,
+                r = run_scenario(sc, t, port, p, duration, scripts,
                                  os.path.join(pglog_dir, f"{sc['name']}-{t}-{rep}"))
             r["repeat"] = rep
             results.append(r)
