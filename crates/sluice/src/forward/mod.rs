@@ -16,7 +16,6 @@ mod client_scan;
 pub mod expect;
 mod server_scan;
 
-use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -35,7 +34,7 @@ use crate::server::params::{ParamMap, TrackedSet};
 use crate::server::ServerConn;
 use crate::session_state::tracker::SessionTracker;
 use crate::stats::PoolStats;
-use expect::Expect;
+use expect::ExpectQueue;
 
 /// Stop reading a side once this many bytes wait to be written to the other (unless a message
 /// that must be inspected whole is longer).
@@ -105,7 +104,7 @@ pub struct RelayScratch {
     /// Synthesized server->client bytes, written before `server.rbuf[..s.ready]`.
     s_inject: BytesMut,
     /// Replies owed by the server (only kept while rewriting prepared statements).
-    expect: VecDeque<Expect>,
+    expect: ExpectQueue,
     /// The relay's last clock reading (see `Relay::clock`), for the release that follows.
     last_clock: Option<Instant>,
     /// A pooler query went into `c_inject` ahead of the client's request (`send_ahead`): the

@@ -306,7 +306,7 @@ impl Relay<'_> {
         if to_remove > 0 {
             let mut i = 0;
             while i < self.scratch.expect.len() && to_remove > 0 {
-                if self.scratch.expect[i] == Expect::Sync {
+                if self.scratch.expect.get(i) == Some(&Expect::Sync) {
                     self.scratch.expect.remove(i);
                     to_remove -= 1;
                 } else {
