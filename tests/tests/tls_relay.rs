@@ -1,6 +1,7 @@
 //! The relay over TLS through the real binary: large messages with back-pressure on both legs,
 //! named prepared statements whose rewritten Bind goes out in one TLS record, session state sent
-//! ahead of a request, and TLS sockets that move between workers (servers at hand-out, clients under worker packing).
+//! ahead of a request, and TLS sockets that move between workers (servers at hand-out, clients
+//! under worker packing).
 
 mod tls_support;
 
