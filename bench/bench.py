@@ -54,15 +54,17 @@ TARGETS = ["direct", "pgbouncer", "sluice", "sluice_w1", "floor_epoll", "floor_u
 FLOORS = ("floor_epoll", "floor_uring")
 POOLERS = TARGETS[1:]
 
-def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=False, apps=None, tls=False):
+def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=False, apps=None, tls=False,
+             writes=False):
     """kind: pgbench (cpu per transaction), login (-C: one login per transaction, cpu per login),
     idle (hold idle logged-in clients, RSS per client; poolers only). w1: also run on sluice_w1.
     floor: also run on the floor forwarders (one server connection per client: few clients only).
     apps: application_names; the clients are split over one pgbench per name, run at once.
     tls: clients connect with sslmode=require (poolers only; every other scenario runs with
-    sslmode=disable)."""
+    sslmode=disable). writes: the script updates pgbench's tables (TPC-B), so every run of it starts
+    from the same state (Cluster.reset_tables), not from the dead rows of the runs before it."""
     return {"name": name, "args": args, "clients": clients, "user": user, "kind": kind, "w1": w1,
-            "floor": floor, "apps": apps, "tls": tls}
+            "floor": floor, "apps": apps, "tls": tls, "writes": writes}
 
 
 SCENARIOS = [
@@ -72,7 +74,10 @@ SCENARIOS = [
     # New client login per transaction: SCRAM secret (pass-through to the server) and md5 secret.
     scenario("connect_select1_c20", ["-C", "-f", "{select1}"], 20, kind="login"),
     scenario("connect_md5_select1_c20", ["-C", "-f", "{select1}"], 20, user=MD5_USER, kind="login"),
-    scenario("tpcb_c50", [], 50),
+    scenario("tpcb_c50", [], 50, writes=True),
+    # The seed articles' load test (`pgbench -c 1000 -T ..`, the default script): a thousand
+    # writers through the pool of 20 (direct fails on max_connections = 100).
+    scenario("tpcb_c1000", [], 1000, writes=True),
     scenario("select_extended_c50", ["-S", "-M", "extended"], 50, floor=True),
     # Named prepared statements through transaction pooling (PgBouncer >= 1.21 remaps them;
     # the Debian PgBouncer 1.18 does not, so its row shows the failures operators used to get).
@@ -275,6 +280,14 @@ full_page_writes = off
         self.psql("postgres", "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                               f"WHERE usename IN ('{USER}', '{MD5_USER}')")
         time.sleep(0.2)
+
+    def reset_tables(self):
+        """What `pgbench -v` does before a run (the bench runs pgbench with -n): history emptied,
+        the four tables vacuumed; then a checkpoint, so no run inherits the previous one's."""
+        self.psql(DB, "TRUNCATE pgbench_history")
+        for table in ("pgbench_branches", "pgbench_tellers", "pgbench_accounts", "pgbench_history"):
+            self.psql(DB, f"VACUUM {table}")
+        self.psql(DB, "CHECKPOINT")
 
     def version(self):
         return self.psql("postgres", "SHOW server_version")
@@ -888,7 +901,10 @@ def main():
         auth = {t: probe_auth(poolers[t].port if t in poolers else cluster.port) for t in order}
         for t, m in auth.items():
             log(f"authentication asked by {t}: " + ", ".join(f"{u} -> {v}" for u, v in m.items()))
-        plan = [(rep, sc, t) for rep in range(repeats) for sc in scenarios for t in order if applies(sc, t)]
+        # Odd repeats run the targets in reverse, so neither pooler always runs right after the other
+        # (anything that drifts over the bench, the host or the cluster, falls on both).
+        plan = [(rep, sc, t) for rep in range(repeats) for sc in scenarios
+                for t in (order if rep % 2 == 0 else order[::-1]) if applies(sc, t)]
         est = 20 + sum(duration + 2 if sc["kind"] != "idle" else 10 + sc["clients"] / 1000 for _, sc, _ in plan)
         log(f"{len(plan)} runs, roughly {est / 60:.0f} min")
         for i, (rep, sc, t) in enumerate(plan, 1):
@@ -897,6 +913,8 @@ def main():
             # Every run starts with no server connections: direct needs the slots (max_connections=100)
             # and each pooler then pays for its own server logins in its own run.
             cluster.terminate_user_backends()
+            if sc["writes"]:
+                cluster.reset_tables()
             p = poolers.get(t)
             if p is not None and not p.alive():
                 log(f"{t} is not running; restarting")
