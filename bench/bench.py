@@ -6,9 +6,10 @@ Started by bench/run.sh. Environment:
   BENCH_DURATION      seconds per pgbench run (default 10)
   BENCH_REPEATS       repetitions of the whole scenario list, interleaved (default 3)
   BENCH_SCALE         pgbench -i scale (default 10)
-  BENCH_TARGETS       comma list out of direct,pgbouncer,sluice,sluice_w1,floor_epoll,floor_uring
-                      (default all); sluice_w1 is Sluice with `[sluice] workers = 1`, run for the
-                      -S scenarios only; floor_epoll and floor_uring are bench/floor's forwarder
+  BENCH_TARGETS       comma list out of direct,pgbouncer,sluice,sluice_w1,sluice_spread,floor_epoll,
+                      floor_uring (default all); sluice_w1 is Sluice with `[sluice] workers = 1`,
+                      sluice_spread with `[sluice] worker_spread_percent = 0` (every worker in use
+                      from the first client), both run for the -S scenarios only; floor_epoll and floor_uring are bench/floor's forwarder
                       (one server connection per client, bytes copied without a look: the least CPU
                       any pooler can spend here), run for select_c10 and select_extended_c50 only
   FLOOR_BIN           bench/floor's binary (set by run.sh; empty: the floor targets are skipped)
@@ -50,14 +51,15 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 USER, PASSWORD, DB = "bench_user", "bench_pass", "bench"  # SCRAM secret
 MD5_USER, MD5_PASSWORD = "bench_md5", "bench_md5_pass"  # md5 secret
 PASSWORDS = {USER: PASSWORD, MD5_USER: MD5_PASSWORD}
-TARGETS = ["direct", "pgbouncer", "sluice", "sluice_w1", "floor_epoll", "floor_uring"]
+TARGETS = ["direct", "pgbouncer", "sluice", "sluice_w1", "sluice_spread", "floor_epoll", "floor_uring"]
 FLOORS = ("floor_epoll", "floor_uring")
 POOLERS = TARGETS[1:]
 
 def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=False, apps=None, tls=False,
              writes=False):
     """kind: pgbench (cpu per transaction), login (-C: one login per transaction, cpu per login),
-    idle (hold idle logged-in clients, RSS per client; poolers only). w1: also run on sluice_w1.
+    idle (hold idle logged-in clients, RSS per client; poolers only). w1: also run on sluice_w1 and
+    sluice_spread.
     floor: also run on the floor forwarders (one server connection per client: few clients only).
     apps: application_names; the clients are split over one pgbench per name, run at once.
     tls: clients connect with sslmode=require (poolers only; every other scenario runs with
@@ -108,7 +110,7 @@ SCRIPTS = {
 def applies(sc, target):
     if sc["tls"] and target not in ("pgbouncer", "sluice"):
         return False
-    if target == "sluice_w1":
+    if target in ("sluice_w1", "sluice_spread"):
         return sc["w1"]
     if target in FLOORS:
         return sc["floor"]
@@ -740,7 +742,7 @@ def print_table(results, scenario_order):
 
 def summarize(results, scenarios):
     """Per scenario x target over the repeats (failed runs excluded): median, min, max; ratios of the
-    medians Sluice (sluice_w1, the floor forwarders) / PgBouncer."""
+    medians Sluice (sluice_w1, sluice_spread, the floor forwarders) / PgBouncer."""
     out = []
     for sc in scenarios:
         med = {}
@@ -760,7 +762,7 @@ def summarize(results, scenarios):
             med[t] = row
             out.append(row)
         base = med.get("pgbouncer")
-        for t in ("sluice", "sluice_w1") + FLOORS:
+        for t in ("sluice", "sluice_w1", "sluice_spread") + FLOORS:
             row = med.get(t)
             if not row:
                 continue
@@ -874,6 +876,8 @@ def main():
             "pgbouncer": (AS_PG, pgbouncer_bin, True, "", f"{pgbouncer_bin} not found"),
             "sluice": ([], sluice_bin, False, "", "binary not available (build failed?)"),
             "sluice_w1": ([], sluice_bin, False, "\n[sluice]\nworkers = 1\n", "binary not available (build failed?)"),
+            "sluice_spread": ([], sluice_bin, False, "\n[sluice]\nworker_spread_percent = 0\n",
+                              "binary not available (build failed?)"),
         }
         floor_bin = os.environ.get("FLOOR_BIN", "")
         floor_args = {t: [t.split("_")[1], "{port}", "{pg_port}"] for t in FLOORS}

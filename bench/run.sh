@@ -2,7 +2,7 @@
 # Benchmark: direct PostgreSQL vs PgBouncer vs Sluice (1 and all worker threads): pgbench in
 # transaction pooling (tps, p50/p99, CPU per transaction and per login) and RSS per idle client;
 # for two scenarios also bench/floor's bare forwarder (epoll, io_uring) as the floor of pooler CPU.
-#   bench/run.sh                                     # 3 interleaved repeats of 10 s, ~28 min
+#   bench/run.sh                                     # 3 interleaved repeats of 10 s, ~30 min
 #   BENCH_DURATION=3 BENCH_REPEATS=1 BENCH_IDLE_CLIENTS=2000 bench/run.sh   # quick check
 # Knobs (BENCH_TARGETS, BENCH_SCENARIOS, BENCH_IDLE_CLIENTS, SLUICE_BIN, ...): bench/README.md.
 # Results: per-run table and summary on stdout, bench/results/<timestamp>.json.
