@@ -1,5 +1,5 @@
 //! End-to-end test harness for Sluice: a private PostgreSQL cluster, the real `sluice` binary and a raw
-//! protocol client. See docs/specs/harness-api.md for the contract.
+//! protocol client. See tests/README.md for the contract.
 
 mod cluster;
 mod console;
@@ -17,3 +17,4 @@ pub use ports::free_port;
 pub use raw::{error_fields, RawConn};
 pub use runners::{pgbench, psql_cmd};
 pub use sluice_proc::{Sluice, SluiceBuilder};
+pub use util::raise_own_nofile;

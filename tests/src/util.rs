@@ -91,3 +91,21 @@ pub(crate) fn spawn_detached(script: &str) {
         .expect("spawn watchdog shell");
     assert!(status.success(), "watchdog shell failed: {status}");
 }
+
+/// Raise this test process's soft open-files limit to its hard limit and return the new soft
+/// limit. Children (pgbench with a thousand clients) inherit it.
+pub fn raise_own_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain libc calls on a local struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
+    lim.rlim_cur
+}

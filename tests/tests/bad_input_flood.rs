@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::{error_fields, pgbench, RawConn, Sluice};
+use sluice_e2e::{error_fields, pgbench, raise_own_nofile, RawConn, Sluice};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -40,23 +40,6 @@ impl Rng {
     fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }
-}
-
-/// Raise this test process's soft open-files limit to its hard limit; returns the new soft limit.
-fn raise_own_nofile() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: plain libc calls on a local struct.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
-        if lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
-        }
-    }
-    lim.rlim_cur
 }
 
 /// (soft, hard) "Max open files" of a process, from /proc/<pid>/limits (u64::MAX = unlimited).

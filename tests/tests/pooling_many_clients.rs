@@ -11,7 +11,7 @@ mod pooling_common;
 use std::time::Duration;
 
 use pooling_common::{new_role, psql, servers, PW};
-use sluice_e2e::{pgbench, PgCluster, Sluice};
+use sluice_e2e::{pgbench, raise_own_nofile, PgCluster, Sluice};
 
 const CLIENTS: &str = "1000";
 
@@ -38,6 +38,12 @@ fn figure(out: &str, label: &str) -> Option<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousand_clients_tpcb_through_twenty_servers_lose_nothing() {
+    // pgbench holds a socket per client: 1000 of them and its own files come close to a default
+    // soft limit of 1024.
+    assert!(
+        raise_own_nofile() >= 1100,
+        "open-files hard limit too low for 1000 pgbench clients"
+    );
     let u = new_role("seed1000").await;
     psql(&format!("CREATE DATABASE seedbench OWNER {u}")).await;
     let s = Sluice::builder(&Sluice::basic_ini(
