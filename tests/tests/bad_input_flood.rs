@@ -1,5 +1,6 @@
 //! Floods of bad input against the real sluice binary: seeded random bytes before and after login,
-//! slowloris startups, thousands of random-key CancelRequests, 5,000 half-open connections and SQL
+//! slowloris startups, thousands of random-key CancelRequests, 5,000 half-open connections (and
+//! silent ones held back by tcp_defer_accept) and SQL
 //! built to be slow to classify. Every abusive connection ends with the right error or a close,
 //! never a hang; Sluice's memory stays bounded; and well-behaved clients (a tokio-postgres loop,
 //! pgbench) see no failure. Limits on single messages are in bad_input_limits.rs.
@@ -359,7 +360,8 @@ async fn cancel_request_flood_cancels_nothing() {
 
 /// 5,000 connections opened and left silent, next to a pgbench run. Sluice starts with a soft
 /// open-files limit of 1024 and must raise it itself; its memory stays bounded; the silent
-/// connections are all closed by client_login_timeout; pgbench sees zero failures.
+/// connections are all closed by client_login_timeout; pgbench sees zero failures. With
+/// `tcp_defer_accept = 0`: by default the kernel holds silent connections back (next test).
 #[tokio::test]
 async fn five_thousand_half_open_connections() {
     let own = raise_own_nofile();
@@ -373,7 +375,8 @@ async fn five_thousand_half_open_connections() {
         eprintln!("NOTE: hard open-files limit {own}: using {n} half-open connections");
     }
     let s = Sluice::builder(&Sluice::basic_ini(
-        "auth_type = trust\nmax_client_conn = 10000\nlisten_backlog = 4096\nclient_login_timeout = 8",
+        "auth_type = trust\nmax_client_conn = 10000\nlisten_backlog = 4096\nclient_login_timeout = 8\n\
+         tcp_defer_accept = 0",
         bad_input_common::DB_LINE,
     ))
     .userlist(bad_input_common::USERLIST)
@@ -512,4 +515,83 @@ async fn pathological_sql_in_transaction_mode_is_answered_promptly() {
     stop.store(true, Ordering::Relaxed);
     assert!(bystander.await.expect("bystander") > 0);
     assert_works(&s).await;
+}
+
+/// `tcp_defer_accept` (on by default on Linux, as in PgBouncer): connections that send nothing
+/// stay in the kernel and take no descriptor or client slot in Sluice, while one of them that
+/// then sends its startup packet logs in. Turned off by RELOAD, it applies from the next accepted
+/// connection: silent ones are then accepted (and left to client_login_timeout).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn tcp_defer_accept_keeps_silent_connections_in_the_kernel() {
+    let s = Sluice::builder(&Sluice::basic_ini(
+        "auth_type = trust",
+        bad_input_common::DB_LINE,
+    ))
+    .userlist(bad_input_common::USERLIST)
+    .start();
+    assert_works(&s).await;
+    let open_silent = |n: usize| async move {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(
+                TcpStream::connect(("127.0.0.1", s.port))
+                    .await
+                    .expect("connect"),
+            );
+        }
+        v
+    };
+    let before = fd_count(s.pid());
+    let mut silent = open_silent(50).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let held = fd_count(s.pid());
+    assert!(
+        held < before + 5,
+        "sluice accepted silent connections: {before} fds before, {held} with 50 silent ones"
+    );
+    // One of them speaks: it is accepted and logs in.
+    let mut one = silent.pop().unwrap();
+    one.write_all(&RawConn::startup_packet(&[
+        ("user", "trust_user"),
+        ("database", "app"),
+    ]))
+    .await
+    .unwrap();
+    let mut got = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(5), one.read_exact(&mut got))
+        .await
+        .expect("no answer to the startup packet")
+        .expect("read");
+    assert_eq!(&got[..1], b"R", "expected AuthenticationOk, got {got:?}");
+    assert_eq!(
+        &got[5..9],
+        &[0, 0, 0, 0],
+        "expected AuthenticationOk, got {got:?}"
+    );
+
+    // Off, by RELOAD: after the next accepted connection, silent ones reach sluice.
+    s.rewrite_config(&Sluice::basic_ini(
+        "auth_type = trust\ntcp_defer_accept = 0",
+        bad_input_common::DB_LINE,
+    ));
+    s.signal(nix::sys::signal::Signal::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s.log().contains("configuration reloaded") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_works(&s).await;
+    let before = fd_count(s.pid());
+    let _more = open_silent(20).await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while fd_count(s.pid()) < before + 20 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let now = fd_count(s.pid());
+    assert!(
+        now >= before + 20,
+        "with tcp_defer_accept = 0 the silent connections were not accepted: {before} -> {now} fds\n{}",
+        s.log()
+    );
+    drop(silent);
 }

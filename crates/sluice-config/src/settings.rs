@@ -102,7 +102,7 @@ declare_settings! {
         syslog: bool = "0", reloadable, unsupported, "Also log to syslog.";
         syslog_facility: String = "daemon", reloadable, unsupported, "Syslog facility.";
         syslog_ident: String = "pgbouncer", reloadable, unsupported, "Syslog ident.";
-        tcp_defer_accept: bool = TCP_DEFER_ACCEPT_DEFAULT, reloadable, unsupported, "Set TCP_DEFER_ACCEPT on TCP listeners.";
+        tcp_defer_accept: bool = TCP_DEFER_ACCEPT_DEFAULT, reloadable, supported, "Set TCP_DEFER_ACCEPT (45 s) on TCP listeners: a connection is accepted once the client has sent something (or after 45 s), so silent ones take no client slot. Linux only.";
         tcp_keepalive: bool = "1", reloadable, supported, "Set SO_KEEPALIVE on TCP connections.";
         tcp_keepcnt: u32 = "0", reloadable, supported, "TCP_KEEPCNT; 0 = OS default.";
         tcp_keepidle: u32 = "0", reloadable, supported, "TCP_KEEPIDLE seconds; 0 = OS default.";

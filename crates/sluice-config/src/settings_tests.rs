@@ -184,6 +184,7 @@ const SUPPORTED: &[&str] = &[
     "max_packet_size",
     "listen_backlog",
     "so_reuseport",
+    "tcp_defer_accept",
     "tcp_keepalive",
     "tcp_keepcnt",
     "tcp_keepidle",

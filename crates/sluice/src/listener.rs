@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::app::App;
 use crate::lifecycle::Phase;
-use crate::net::socket::tune_tcp;
+use crate::net::socket::{set_defer_accept, tune_tcp};
 use crate::net::{PeerAddr, Stream};
 use crate::pool::resolve::tcp_tuning;
 use crate::wake_gate::WakeGated;
@@ -243,6 +243,10 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
             return;
         }
     };
+    // tcp_defer_accept as configured now; a RELOAD or SET that changes it is applied at the
+    // next accepted connection (each accept loop owns its socket, so no other task touches it).
+    let mut defer = app.config().settings.tcp_defer_accept;
+    apply_defer_accept(&listener, defer);
     // Bound to one IP, the listener's address is every accepted connection's local address.
     let local = listener
         .local_addr()
@@ -289,7 +293,12 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
                     s = &mut stop => break s,
                     r = listener.accept() => match r {
                         Ok((sock, addr)) => {
-                            tune_tcp(&sock, &tcp_tuning(&app.config()));
+                            let cfg = app.config();
+                            tune_tcp(&sock, &tcp_tuning(&cfg));
+                            if cfg.settings.tcp_defer_accept != defer {
+                                defer = cfg.settings.tcp_defer_accept;
+                                apply_defer_accept(&listener, defer);
+                            }
                             tokio::spawn(crate::client::serve(app.clone(), Stream::Tcp(sock), PeerAddr::Tcp(addr), local));
                         }
                         Err(e) => {
@@ -317,6 +326,12 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
                 }
             }
         }
+    }
+}
+
+fn apply_defer_accept(listener: &TcpListener, on: bool) {
+    if let Err(e) = set_defer_accept(listener, on) {
+        tracing::warn!("cannot set TCP_DEFER_ACCEPT on a listening socket: {e}");
     }
 }
 

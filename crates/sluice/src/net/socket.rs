@@ -1,5 +1,8 @@
-//! Socket options from the config (keepalive, user timeout, buffer sizes) applied with socket2.
+//! Socket options from the config (keepalive, user timeout, buffer sizes) applied with socket2, and
+//! TCP_DEFER_ACCEPT on the listeners.
 
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::Duration;
 
 use socket2::{SockRef, TcpKeepalive};
@@ -39,5 +42,55 @@ pub fn tune_tcp(stream: &TcpStream, t: &TcpTuning) {
     if t.socket_buffer > 0 {
         let _ = sock.set_send_buffer_size(t.socket_buffer as usize);
         let _ = sock.set_recv_buffer_size(t.socket_buffer as usize);
+    }
+}
+
+/// Seconds of TCP_DEFER_ACCEPT when `tcp_defer_accept` is on (PgBouncer's fixed value).
+pub const DEFER_ACCEPT_SECS: libc::c_int = 45;
+
+/// Set TCP_DEFER_ACCEPT on a listening socket (`DEFER_ACCEPT_SECS`, or 0 = off): the kernel
+/// completes the handshake but hands the connection over only once data has arrived, or when the
+/// time is up. Linux only; elsewhere a no-op.
+pub fn set_defer_accept(listener: &impl AsFd, on: bool) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        let secs: libc::c_int = if on { DEFER_ACCEPT_SECS } else { 0 };
+        set_raw_option(
+            listener.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            &secs,
+        )
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (listener, on);
+        Ok(())
+    }
+}
+
+/// `setsockopt(fd, level, name, value)` for an option socket2 does not cover; `value` is passed
+/// by address with its size (the kernel copies it).
+pub fn set_raw_option<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live `T` of the size passed and the kernel only reads it during the
+    // call; `fd` is borrowed from an open socket.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }

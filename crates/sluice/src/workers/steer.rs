@@ -4,7 +4,7 @@
 //! every worker by address hash, and a login landing on a worker being given up would have to move.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 // Classic BPF opcodes (linux/bpf_common.h: class | size/op | source; BPF_LD, BPF_W, BPF_K and
 // BPF_RET's K are 0) and the ancillary offset of a random number (linux/filter.h).
@@ -43,21 +43,13 @@ pub fn steer(listener: BorrowedFd<'_>, active: usize) -> io::Result<()> {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
     };
-    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the program.
-    let rc = unsafe {
-        libc::setsockopt(
-            listener.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_REUSEPORT_CBPF,
-            (&fprog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // `fprog` points at `prog`, which outlives the call; the kernel copies the program.
+    crate::net::socket::set_raw_option(
+        listener,
+        libc::SOL_SOCKET,
+        libc::SO_ATTACH_REUSEPORT_CBPF,
+        &fprog,
+    )
 }
 
 #[cfg(test)]
