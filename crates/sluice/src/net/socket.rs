@@ -71,7 +71,7 @@ pub fn set_defer_accept(listener: &impl AsFd, on: bool) -> io::Result<()> {
 
 /// `setsockopt(fd, level, name, value)` for an option socket2 does not cover; `value` is passed
 /// by address with its size (the kernel copies it).
-pub fn set_raw_option<T>(
+pub(crate) fn set_raw_option<T>(
     fd: BorrowedFd<'_>,
     level: libc::c_int,
     name: libc::c_int,
