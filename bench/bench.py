@@ -9,9 +9,10 @@ Started by bench/run.sh. Environment:
   BENCH_TARGETS       comma list out of direct,pgbouncer,sluice,sluice_w1,sluice_spread,floor_epoll,
                       floor_uring (default all); sluice_w1 is Sluice with `[sluice] workers = 1`,
                       sluice_spread with `[sluice] worker_spread_percent = 0` (every worker in use
-                      from the first client), both run for the -S scenarios only; floor_epoll and floor_uring are bench/floor's forwarder
-                      (one server connection per client, bytes copied without a look: the least CPU
-                      any pooler can spend here), run for select_c10 and select_extended_c50 only
+                      from the first client), both run for the -S scenarios only; floor_epoll and
+                      floor_uring are bench/floor's forwarder (one server connection per client,
+                      bytes copied without a look: the least CPU any pooler can spend here), run
+                      for select_c10 and select_extended_c50 only
   FLOOR_BIN           bench/floor's binary (set by run.sh; empty: the floor targets are skipped)
   BENCH_SCENARIOS     comma list of scenario names (default all, see SCENARIOS)
   BENCH_IDLE_CLIENTS  idle logged-in clients held open by the idle_clients scenario (default 10000)
