@@ -25,6 +25,46 @@ pub mod frontend_tag {
     pub const FUNCTION_CALL: u8 = b'F';
     /// PasswordMessage, SASLInitialResponse and SASLResponse.
     pub const PASSWORD: u8 = b'p';
+
+    /// Whether the protocol defines `tag` for a logged-in client (simple and extended query,
+    /// function call, the COPY IN messages PostgreSQL ignores outside COPY, Terminate). Anything
+    /// else (a password message, an undefined byte) must never reach a server: PostgreSQL answers
+    /// it with FATAL and closes, which would land on whichever client gets that server next.
+    pub fn is_defined_after_login(tag: u8) -> bool {
+        matches!(
+            tag,
+            QUERY
+                | PARSE
+                | BIND
+                | DESCRIBE
+                | EXECUTE
+                | SYNC
+                | FLUSH
+                | CLOSE
+                | TERMINATE
+                | COPY_DATA
+                | COPY_DONE
+                | COPY_FAIL
+                | FUNCTION_CALL
+        )
+    }
+
+    /// Whether `tag` is one the server accepts while it is in COPY FROM STDIN (CopyData, CopyDone,
+    /// CopyFail, and Flush/Sync, which it ignores there).
+    pub fn is_defined_in_copy_in(tag: u8) -> bool {
+        matches!(tag, COPY_DATA | COPY_DONE | COPY_FAIL | FLUSH | SYNC)
+    }
+
+    /// The ErrorResponse text for a message type not defined where it came (PostgreSQL's words,
+    /// after PgBouncer's "unknown pkt from client" that operators grep for).
+    pub fn undefined_message(tag: u8) -> String {
+        let shown = if tag.is_ascii_graphic() {
+            format!(" ('{}')", tag as char)
+        } else {
+            String::new()
+        };
+        format!("unknown pkt from client: invalid frontend message type {tag}{shown}")
+    }
 }
 pub use frontend_tag as tag;
 
@@ -383,5 +423,37 @@ mod tests {
             let _ = decode_password(&b);
             let _ = decode_sasl_initial(&b);
         }
+    }
+}
+
+#[cfg(test)]
+mod tag_set_tests {
+    use super::frontend_tag::*;
+
+    #[test]
+    fn defined_after_login_is_the_protocols_set() {
+        let defined: Vec<u8> = (0..=255u8).filter(|t| is_defined_after_login(*t)).collect();
+        assert_eq!(defined, b"BCDEFHPQSXcdf".to_vec());
+        for t in [0u8, 1, b'J', b'z', b'~', b'p'] {
+            assert!(!is_defined_after_login(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn copy_in_accepts_only_copy_flush_and_sync() {
+        let defined: Vec<u8> = (0..=255u8).filter(|t| is_defined_in_copy_in(*t)).collect();
+        assert_eq!(defined, b"HScdf".to_vec());
+    }
+
+    #[test]
+    fn undefined_message_names_the_type() {
+        assert_eq!(
+            undefined_message(b'z'),
+            "unknown pkt from client: invalid frontend message type 122 ('z')"
+        );
+        assert_eq!(
+            undefined_message(0),
+            "unknown pkt from client: invalid frontend message type 0"
+        );
     }
 }

@@ -86,6 +86,7 @@ impl App {
             .map_err(|e| e.into_config_error(&config_path.display().to_string()))?;
         let mut mock_key = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut mock_key);
+        let stat_shards = worker_count(config.sluice.workers);
         let app = Arc::new(App {
             config_path,
             tracked: TrackedSet::new(&config.settings.track_extra_parameters),
@@ -96,7 +97,7 @@ impl App {
             auth_query_cache: AuthQueryCache::default(),
             scram_cache: ScramCache::default(),
             login_failures: AtomicU64::new(0),
-            pools: PoolRegistry::new(connector),
+            pools: PoolRegistry::new(connector, stat_shards),
             cancels: Arc::new(CancelRegistry::default()),
             registry: Arc::new(ClientRegistry::default()),
             statements: StatementRegistry::default(),
@@ -246,5 +247,15 @@ impl App {
                 server_tls.clone(),
             ));
         }
+    }
+}
+
+/// The worker threads `[sluice] workers` asks for (0 = one per CPU), as main.rs starts them.
+pub fn worker_count(setting: u32) -> usize {
+    match setting {
+        0 => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        n => n as usize,
     }
 }

@@ -93,12 +93,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    let workers = match config.sluice.workers {
-        0 => std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        n => n as usize,
-    };
+    let workers = sluice::app::worker_count(config.sluice.workers);
     let started = match sluice::workers::start(workers) {
         Ok(r) => r,
         Err(e) => {

@@ -9,6 +9,7 @@ pub mod show_conns;
 pub mod show_misc;
 pub mod show_pools;
 pub mod show_stats;
+pub mod show_workers;
 
 use std::sync::Arc;
 
@@ -165,6 +166,8 @@ pub fn show(app: &Arc<App>, what: &str) -> Result<ResultSet, AdminError> {
         "dns_hosts" => show_misc::dns_hosts(),
         "dns_zones" => show_misc::dns_zones(),
         "version" => show_misc::version(),
+        "workers" => show_workers::workers(app),
+        "cross_worker" => show_workers::cross_worker(app),
         other => return Err(AdminError::new(format!("bad SHOW arg: {other}"))),
     })
 }

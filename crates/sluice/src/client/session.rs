@@ -464,6 +464,10 @@ async fn wait_for_request(
     loop {
         match peek_header(&client.rbuf, max_packet) {
             Ok(Some(h)) if h.tag == frontend_tag::TERMINATE => return Idle::Terminate,
+            // Refused before any server is touched (PostgreSQL would answer FATAL and close).
+            Ok(Some(h)) if !frontend_tag::is_defined_after_login(h.tag) => {
+                return Idle::Bad(frontend_tag::undefined_message(h.tag))
+            }
             Ok(Some(_)) => return Idle::Request,
             Ok(None) => {}
             Err(e) => return Idle::Bad(format!("bad packet header: {e}")),

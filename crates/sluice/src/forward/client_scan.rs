@@ -46,6 +46,16 @@ impl Relay<'_> {
         }
     }
 
+    /// Whether the protocol defines `tag` in the current phase: while the server is in COPY FROM
+    /// STDIN only the COPY messages, Flush and Sync; otherwise every post-login message.
+    fn defined_here(&self, tag: u8) -> bool {
+        if self.copy_in_open {
+            frontend_tag::is_defined_in_copy_in(tag)
+        } else {
+            frontend_tag::is_defined_after_login(tag)
+        }
+    }
+
     pub(super) fn scan_client(&mut self) -> Result<(), RelayEnd> {
         loop {
             let len = self.client.rbuf.len();
@@ -77,6 +87,16 @@ impl Relay<'_> {
             if tag == frontend_tag::TERMINATE {
                 self.client_done = true;
                 return Ok(());
+            }
+            if !self.defined_here(tag) {
+                // Never forwarded: the server stays clean if nothing else is owed or half-sent.
+                return Err(RelayEnd::Fatal {
+                    notice: crate::error::ClientNotice::new(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        frontend_tag::undefined_message(tag),
+                    ),
+                    server_clean: self.server_clean(),
+                });
             }
             if self.tracker.is_some()
                 && !self.c_observed

@@ -198,6 +198,19 @@ fn workers(out: &mut Out, app: &App) {
         &[],
         w.moves.load(Ordering::Relaxed) as f64,
     );
+    out.family(
+        "sluice_cross_worker_events_total",
+        "counter",
+        "Work that crossed between workers: a server handed to another worker's client, a waiter \
+         woken from another worker's thread, a server socket moved to another worker, a client moved.",
+    );
+    for (kind, n) in crate::admin::show_workers::cross_totals(app) {
+        out.sample(
+            "sluice_cross_worker_events_total",
+            &[("kind", kind)],
+            n as f64,
+        );
+    }
 }
 
 fn auth(out: &mut Out, app: &App) {
@@ -627,7 +640,7 @@ fn histograms(out: &mut Out, app: &App) {
                 ("database", p.key.database.as_str()),
                 ("user", p.key.user.as_str()),
             ];
-            out.histogram(name, &l, &pick(&p.stats));
+            out.histogram(name, &l, &p.stats.histogram(pick));
         }
     }
 }

@@ -30,7 +30,8 @@ use tokio::sync::oneshot;
 use crate::error::PoolError;
 use crate::server::welcome::Welcome;
 use crate::server::{query, ServerConn};
-use crate::stats::PoolStats;
+use crate::stats::{PoolStats, StatsShards};
+use crate::workers::cross::{CrossEvent, CrossWorkerCounts};
 use affinity::{pick_waiter, pop_most_recent_local};
 use connector::Connector;
 use counter::{ConnCounter, ServerSlots};
@@ -132,7 +133,10 @@ pub struct Pool {
     scram_keys: Mutex<Option<ScramKeys>>,
     /// ParameterStatus set of the first server that logged in: the pool's "welcome message".
     welcome: Mutex<Option<Arc<Welcome>>>,
-    pub stats: PoolStats,
+    /// Per-worker counters (`StatsShards` derefs to the calling worker's copy).
+    pub stats: StatsShards,
+    /// Work that crossed from one worker to another (see `workers::cross`).
+    pub cross: CrossWorkerCounts,
     /// Live servers for SHOW SERVERS.
     pub servers_book: Arc<ServerBook>,
     /// RECONNECT: servers with an id up to this one close when next released.
@@ -146,6 +150,7 @@ impl Pool {
         db_servers: Arc<ConnCounter>,
         user_servers: Arc<ConnCounter>,
         connector: Arc<dyn Connector>,
+        stat_shards: usize,
     ) -> Arc<Self> {
         Arc::new(Pool {
             key,
@@ -159,7 +164,8 @@ impl Pool {
             connector,
             scram_keys: Mutex::new(None),
             welcome: Mutex::new(None),
-            stats: PoolStats::default(),
+            stats: StatsShards::new(stat_shards),
+            cross: CrossWorkerCounts::default(),
             servers_book: Arc::new(ServerBook::default()),
             close_upto: AtomicU64::new(0),
         })
@@ -202,6 +208,7 @@ impl Pool {
             let stale: Vec<Box<ServerConn>> = self.state.lock().idle.drain(..).collect();
             drop(stale);
         }
+        self.trim_surplus(&self.settings());
         self.kick();
     }
 
@@ -435,6 +442,7 @@ impl Pool {
             }
             st.active += 1;
             conn.set_book_state(ServerState::Active, started);
+            self.note_taken(&conn);
             conn
         };
         let mut server = PooledServer::new(conn, self.clone());
@@ -451,6 +459,7 @@ impl Pool {
     fn settle_here(server: &mut PooledServer) -> bool {
         let here = crate::workers::current();
         if server.home != here {
+            server.pool().cross.note(CrossEvent::SocketMove);
             if let Err(e) = server.stream.move_to_current_worker() {
                 tracing::warn!("S-{}: cannot move to this worker, closing: {e}", server.id);
                 return false;
@@ -474,6 +483,7 @@ impl Pool {
             if let Some((conn, idle_for)) = self.take_idle(&mut st, settings, now) {
                 st.active += 1;
                 conn.set_book_state(ServerState::Active, now);
+                self.note_taken(&conn);
                 return Ok(Ticket::Idle(conn, idle_for));
             }
             if let Some(f) = self.login_failing(&st, settings) {
@@ -650,7 +660,8 @@ impl Pool {
         let keep = reusable
             && conn.is_clean()
             && !self.close_needed(conn.id, conn.generation, settings)
-            && rules::reusable_on_release(now - conn.created, &settings.timeouts);
+            && rules::reusable_on_release(now - conn.created, &settings.timeouts)
+            && !self.over_limits(settings);
         let mut st = self.state.lock();
         st.active = st.active.saturating_sub(1);
         // A paused pool gives its servers up (PAUSE returns once none is left in use).
@@ -666,6 +677,7 @@ impl Pool {
                 let Some(w) = st.waiters.remove(next) else {
                     break;
                 };
+                self.note_hand_to(&w, conn.home);
                 st.active += 1;
                 conn.set_book_state(ServerState::Active, now);
                 match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
@@ -685,6 +697,68 @@ impl Pool {
         }
         conn.set_book_state(ServerState::Idle, now);
         st.idle.push_back(conn);
+    }
+
+    /// The pool, its database or its user holds more servers than a (lowered) limit allows: a
+    /// server that comes back closes instead of serving anyone else. Three loads of counters
+    /// that change only when a server opens or closes.
+    fn over_limits(&self, settings: &PoolSettings) -> bool {
+        rules::keep_cap(&settings.limits).is_some_and(|cap| self.servers.current() > cap)
+            || rules::over_limit(self.db_servers.current(), settings.max_db_connections)
+            || rules::over_limit(self.user_servers.current(), settings.max_user_connections)
+    }
+
+    /// Close idle servers while a lowered limit is exceeded (reload, SET, janitor).
+    fn trim_surplus(&self, settings: &PoolSettings) {
+        let mut closing = Vec::new();
+        {
+            let mut st = self.state.lock();
+            // Each close lowers the counters only when the connection drops, so count ahead.
+            let cap = rules::keep_cap(&settings.limits);
+            let (mut pool, mut db, mut user) = (
+                self.servers.current(),
+                self.db_servers.current(),
+                self.user_servers.current(),
+            );
+            while cap.is_some_and(|c| pool > c)
+                || rules::over_limit(db, settings.max_db_connections)
+                || rules::over_limit(user, settings.max_user_connections)
+            {
+                let Some(conn) = st.idle.pop_front() else {
+                    break;
+                };
+                closing.push(conn);
+                pool -= 1;
+                db = db.saturating_sub(1);
+                user = user.saturating_sub(1);
+            }
+        }
+        for c in &closing {
+            tracing::info!(
+                "S-{}: {} closing server: too many servers in the pool",
+                c.id,
+                self.key
+            );
+        }
+    }
+
+    /// Count what handing a server of worker `home` to waiter `w` crosses: the server goes to
+    /// another worker's client, and/or the waiter is woken from another worker's thread.
+    fn note_hand_to(&self, w: &Waiter, home: u16) {
+        if w.worker != home {
+            self.cross.note(CrossEvent::ServerHandoff);
+        }
+        if w.worker != crate::workers::current() {
+            self.cross.note(CrossEvent::RemoteWake);
+        }
+    }
+
+    /// An idle server taken by a client of the calling worker: a hand-off when its socket lives
+    /// on another worker.
+    fn note_taken(&self, conn: &ServerConn) {
+        if conn.home != crate::workers::current() {
+            self.cross.note(CrossEvent::ServerHandoff);
+        }
     }
 
     /// A handed-out server was dropped without release: it is closed.
@@ -719,6 +793,7 @@ impl Pool {
                     st.idle.push_back(conn);
                     return;
                 };
+                self.note_hand_to(&w, conn.home);
                 st.active += 1;
                 conn.set_book_state(ServerState::Active, now);
                 match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
@@ -768,6 +843,7 @@ impl Pool {
             tracing::debug!("S-{}: {} closing idle server", c.id, self.key);
         }
         drop(closing);
+        self.trim_surplus(&settings);
         self.kick();
     }
 

@@ -17,16 +17,19 @@ pub struct PoolRegistry {
     user_servers: Mutex<HashMap<String, Arc<ConnCounter>>>,
     connector: Arc<dyn Connector>,
     generation: AtomicU64,
+    /// Copies of each pool's counters: one per worker (`StatsShards`).
+    stat_shards: usize,
 }
 
 impl PoolRegistry {
-    pub fn new(connector: Arc<dyn Connector>) -> Self {
+    pub fn new(connector: Arc<dyn Connector>, stat_shards: usize) -> Self {
         PoolRegistry {
             pools: RwLock::new(HashMap::new()),
             db_servers: Mutex::new(HashMap::new()),
             user_servers: Mutex::new(HashMap::new()),
             connector,
             generation: AtomicU64::new(1),
+            stat_shards,
         }
     }
 
@@ -69,7 +72,14 @@ impl PoolRegistry {
         };
         let db = self.counter(&self.db_servers, database);
         let user = self.counter(&self.user_servers, user);
-        let pool = Pool::new(key.clone(), make(), db, user, self.connector.clone());
+        let pool = Pool::new(
+            key.clone(),
+            make(),
+            db,
+            user,
+            self.connector.clone(),
+            self.stat_shards,
+        );
         pools.insert(key, pool.clone());
         pool
     }

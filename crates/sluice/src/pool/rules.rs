@@ -53,6 +53,19 @@ pub fn capacity(s: &PoolSnapshot, l: &PoolLimits) -> usize {
     }
 }
 
+/// Most servers the pool may keep open (PgBouncer's janitor closes the rest): pool_size plus
+/// reserve_pool_size; None = unlimited. A lowered pool size therefore shrinks the pool as its
+/// servers come back, not only when they are next opened.
+pub fn keep_cap(l: &PoolLimits) -> Option<usize> {
+    (l.pool_size != 0).then(|| l.pool_size as usize + l.reserve_pool_size as usize)
+}
+
+/// Is a count of servers above a limit (0 = unlimited)? Such a server closes instead of being
+/// reused (max_db_connections / max_user_connections lowered by a reload).
+pub fn over_limit(count: usize, limit: usize) -> bool {
+    limit != 0 && count > limit
+}
+
 /// Should the pool open one more server? Demand is a waiting client that no connecting server
 /// will serve yet, or the pool being below min_pool_size.
 pub fn plan_growth(s: &PoolSnapshot, l: &PoolLimits) -> Growth {
@@ -130,6 +143,16 @@ mod tests {
             reserve_pool_size: reserve,
             reserve_pool_timeout: Duration::from_secs(3),
         }
+    }
+
+    #[test]
+    fn keep_cap_is_pool_size_plus_reserve() {
+        assert_eq!(keep_cap(&limits(5, 0)), Some(5));
+        assert_eq!(keep_cap(&limits(5, 3)), Some(8));
+        assert_eq!(keep_cap(&limits(0, 3)), None, "0 = unlimited");
+        assert!(over_limit(6, 5));
+        assert!(!over_limit(5, 5));
+        assert!(!over_limit(500, 0), "0 = unlimited");
     }
 
     #[test]

@@ -109,7 +109,7 @@ fn pool_with(s: PoolSettings, fake: &Arc<FakeConnector>, db: Arc<ConnCounter>) -
         database: "db".into(),
         user: "u".into(),
     };
-    let p = Pool::new(key, s, db, ConnCounter::new(), Arc::new(fake.clone()));
+    let p = Pool::new(key, s, db, ConnCounter::new(), Arc::new(fake.clone()), 1);
     p.client_joined();
     p
 }
@@ -255,7 +255,14 @@ async fn max_db_connections_is_shared_between_pools() {
         database: "db".into(),
         user: "other".into(),
     };
-    let b = Pool::new(key, s, db.clone(), ConnCounter::new(), Arc::new(f.clone()));
+    let b = Pool::new(
+        key,
+        s,
+        db.clone(),
+        ConnCounter::new(),
+        Arc::new(f.clone()),
+        1,
+    );
     let _janitor = run_janitor(&b);
     let held = a.checkout().await.unwrap();
     assert!(matches!(b.checkout().await, Err(PoolError::WaitTimeout)));
@@ -512,7 +519,7 @@ async fn an_idle_server_is_handed_out_without_a_future_unless_it_needs_a_check()
 #[test]
 fn registry_finds_pools_by_borrowed_names() {
     let fake = Arc::new(FakeConnector::default());
-    let pools = super::registry::PoolRegistry::new(Arc::new(fake));
+    let pools = super::registry::PoolRegistry::new(Arc::new(fake), 1);
     let made = AtomicUsize::new(0);
     let make = || {
         made.fetch_add(1, Ordering::SeqCst);

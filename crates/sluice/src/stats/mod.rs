@@ -4,10 +4,12 @@
 pub mod histogram;
 pub mod period;
 pub mod reporter;
+pub mod shards;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use histogram::{Histogram, HistogramSnapshot};
+pub use shards::StatsShards;
 
 /// Something a figure can be added to: a plain counter, or a time total that also feeds a histogram.
 pub trait Counter {

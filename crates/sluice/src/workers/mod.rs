@@ -16,6 +16,7 @@
 //! calls per transaction as a single-threaded pooler.
 
 pub mod balance;
+pub mod cross;
 pub mod packing;
 pub mod steer;
 
