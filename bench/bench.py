@@ -320,6 +320,7 @@ ignore_startup_parameters = extra_float_digits
 client_tls_sslmode = allow
 client_tls_key_file = {tls_dir}/pooler.key
 client_tls_cert_file = {tls_dir}/pooler.crt
+stats_users = bench_md5
 """
 
 
@@ -488,6 +489,26 @@ def merge_pgbench(parsed):
     }
 
 
+def sluice_cross(port):
+    """Sluice's cross-worker events so far (SHOW CROSS_WORKER on its console): {kind: count}, or
+    None when the console does not answer."""
+    try:
+        p = subprocess.run(["psql", "-X", "-A", "-t", "-F", "|", "-h", "127.0.0.1", "-p", str(port),
+                            "-U", MD5_USER, "-d", "pgbouncer", "-c", "SHOW CROSS_WORKER"],
+                           env=dict(os.environ, PGPASSWORD=PASSWORDS[MD5_USER], PGSSLMODE="disable"),
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if p.returncode != 0:
+        return None
+    out = {}
+    for line in p.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
 def run_scenario(sc, target_name, port, pooler, duration, scripts, log_prefix):
     name, clients, user = sc["name"], sc["clients"], sc["user"]
     args = [a.format(**scripts) if a.startswith("{") else a for a in sc["args"]]
@@ -505,6 +526,7 @@ def run_scenario(sc, target_name, port, pooler, duration, scripts, log_prefix):
             env["PGAPPNAME"] = app
         envs.append(env)
     pid = pooler.pid if pooler else None
+    cross0 = sluice_cross(port) if target_name.startswith("sluice") else None
     if pid:
         reset_hwm(pid)
         cpu0 = proc_cpu_ticks(pid)
@@ -518,6 +540,13 @@ def run_scenario(sc, target_name, port, pooler, duration, scripts, log_prefix):
          "exit_code": rc, "wall_s": round(wall, 2)}
     r.update(merge_pgbench([parse_pgbench(o, e) for o, e, _ in runs]))
     r.update(percentiles_ms(log_prefix))
+    # Work that crossed between Sluice's workers, per transaction, by kind (and in all).
+    r["cross_per_tx"] = None
+    cross1 = sluice_cross(port) if cross0 is not None else None
+    if cross0 is not None and cross1 is not None and r.get("transactions"):
+        per = {k: round((cross1.get(k, 0) - cross0.get(k, 0)) / r["transactions"], 5) for k in cross1}
+        per["all"] = round(sum(per.values()), 5)
+        r["cross_per_tx"] = per
     r["cpu_us_per_tx"] = None
     r["cpu_us_per_login"] = None
     r["peak_rss_kb"] = None
@@ -728,7 +757,7 @@ def print_rows(hdr, rows, left=2):
 
 def print_table(results, scenario_order):
     hdr = ["scenario", "target", "rep", "clients", "tps", "p50 ms", "p99 ms", "failed", "aborted", "cpu us/tx",
-           "cpu us/login", "KiB/client", "peak RSS MB", "status"]
+           "cpu us/login", "KiB/client", "peak RSS MB", "cross/tx", "status"]
     rows = []
     for r in sorted(results, key=lambda r: (scenario_order.get(r["scenario"], 99), TARGETS.index(r["target"]),
                                             r.get("repeat", 0))):
@@ -737,7 +766,7 @@ def print_table(results, scenario_order):
         rows.append([r["scenario"], r["target"], r.get("repeat", 0) + 1, fmt(r.get("clients")), fmt(r["tps"]),
                      fmt(r["p50_ms"], 3), fmt(r["p99_ms"], 3), fmt(r["failed"]), fmt(r["aborted_clients"]),
                      fmt(cpu_tx), fmt(r["cpu_us_per_login"]), fmt(r["kib_per_client"], 2), fmt(rss),
-                     r["status"]])
+                     fmt((r.get("cross_per_tx") or {}).get("all"), 4), r["status"]])
     print_rows(hdr, rows)
 
 

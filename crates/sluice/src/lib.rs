@@ -141,7 +141,13 @@ async fn balance_loop(app: Arc<App>) {
     loop {
         tick.tick().await;
         let spread = app.config().sluice.worker_spread_percent;
-        balancer.tick(&app.workers, spread);
+        let wait_us = app
+            .pools
+            .all()
+            .iter()
+            .map(|p| p.stats.snapshot().wait_time_us)
+            .sum();
+        balancer.tick(&app.workers, spread, wait_us);
     }
 }
 

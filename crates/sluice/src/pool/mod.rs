@@ -673,7 +673,7 @@ impl Pool {
         }
         if !st.paused {
             loop {
-                let next = pick_waiter(&st.waiters, conn.home);
+                let next = pick_waiter(&st.waiters, conn.home, now);
                 let Some(w) = st.waiters.remove(next) else {
                     break;
                 };
@@ -789,7 +789,8 @@ impl Pool {
                 return;
             };
             loop {
-                let Some(w) = st.waiters.pop_front() else {
+                let next = pick_waiter(&st.waiters, conn.home, now);
+                let Some(w) = st.waiters.remove(next) else {
                     st.idle.push_back(conn);
                     return;
                 };

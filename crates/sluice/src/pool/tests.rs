@@ -10,7 +10,7 @@ use sluice_config::PoolMode;
 use sluice_protocol::{ErrorFields, ScramKeys};
 use tokio::net::UnixStream;
 
-use super::affinity::{LOCAL_SCAN, LOCAL_WAITER_SKEW};
+use super::affinity::{LOCAL_SCAN, LOCAL_WAITER_SCAN, LOCAL_WAITER_SKEW};
 use super::connector::{ConnectFuture, Connector};
 use super::counter::ConnCounter;
 use super::rules::{PoolLimits, ServerTimeouts};
@@ -423,25 +423,37 @@ async fn hand_out_prefers_the_most_recent_server_of_the_calling_worker() {
 }
 
 #[test]
-fn a_released_server_goes_to_a_waiter_of_its_worker_within_the_skew_window() {
+fn a_released_server_stays_with_its_workers_oldest_waiter_unless_another_waited_clearly_longer() {
     let t0 = tokio::time::Instant::now();
     let waiter = |worker: u16, after_us: u64| Waiter {
         since: t0 + Duration::from_micros(after_us),
         worker,
         tx: tokio::sync::oneshot::channel().0,
     };
+    let at = |us: u64| t0 + Duration::from_micros(us);
+    let skew = LOCAL_WAITER_SKEW.as_micros() as u64;
     let waiters: VecDeque<Waiter> = [waiter(1, 0), waiter(1, 100), waiter(0, 500)].into();
     // Worker 1's server: the first in line is its own.
-    assert_eq!(pick_waiter(&waiters, 1), 0);
-    // Worker 0's server: its waiter joined 0.5 ms after the first, within the window.
-    assert_eq!(pick_waiter(&waiters, 0), 2);
+    assert_eq!(pick_waiter(&waiters, 1, at(1_000)), 0);
+    // Worker 0's server: its waiter joined 0.5 ms after the first: it stays local.
+    assert_eq!(pick_waiter(&waiters, 0, at(1_000)), 2);
     // No waiter of worker 2: the first in line.
-    assert_eq!(pick_waiter(&waiters, 2), 0);
-    // A local waiter that joined long after the first does not jump the line.
-    let late = LOCAL_WAITER_SKEW.as_micros() as u64 + 1;
-    let waiters: VecDeque<Waiter> = [waiter(1, 0), waiter(0, late)].into();
-    assert_eq!(pick_waiter(&waiters, 0), 0);
-    assert_eq!(pick_waiter(&VecDeque::new(), 0), 0);
+    assert_eq!(pick_waiter(&waiters, 2, at(1_000)), 0);
+    // Long waits: 10 ms of difference on 40 ms is jitter (within half the local wait + skew)...
+    let waiters: VecDeque<Waiter> = [waiter(1, 0), waiter(0, 10_000)].into();
+    assert_eq!(pick_waiter(&waiters, 0, at(50_000)), 1);
+    // ...but on 2 ms of local wait it is an imbalance: the server is lent to the first in line.
+    assert_eq!(pick_waiter(&waiters, 0, at(12_000)), 0);
+    // Short waits: the absolute skew decides.
+    let waiters: VecDeque<Waiter> = [waiter(1, 0), waiter(0, skew + 1)].into();
+    assert_eq!(pick_waiter(&waiters, 0, at(skew + 1)), 0);
+    assert_eq!(pick_waiter(&VecDeque::new(), 0, at(0)), 0);
+    // A local waiter deeper than the scan is not searched for.
+    let deep: VecDeque<Waiter> = (0..LOCAL_WAITER_SCAN as u64)
+        .map(|i| waiter(1, i))
+        .chain(std::iter::once(waiter(0, LOCAL_WAITER_SCAN as u64)))
+        .collect();
+    assert_eq!(pick_waiter(&deep, 0, at(1_000)), 0);
 }
 
 #[tokio::test(start_paused = true)]

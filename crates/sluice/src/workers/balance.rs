@@ -4,8 +4,13 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::packing::Packing;
+use super::packing::{Packing, Queueing};
 use super::Workers;
+
+/// Average clients queued over a period from which the load counts as waiting for servers.
+const QUEUED_CLIENTS: f64 = 1.0;
+/// Idle CPUs (machine-wide, on average over the period) from which spreading has CPU to spare.
+const SPARE_CPUS: f64 = 1.0;
 
 /// How often the balancer looks at the workers' load.
 pub const PERIOD: Duration = Duration::from_secs(1);
@@ -15,6 +20,10 @@ pub struct Balancer {
     packing: Packing,
     cpu: Vec<Option<Duration>>,
     at: Instant,
+    /// Total client wait time of every pool (µs) at the last period.
+    wait_us: u64,
+    /// The machine's idle jiffies at the last period (`/proc/stat`).
+    idle_jiffies: Option<u64>,
 }
 
 impl Balancer {
@@ -23,11 +32,14 @@ impl Balancer {
             packing: Packing::new(workers.active()),
             cpu: workers.slots().iter().map(|s| s.cpu_time()).collect(),
             at: Instant::now(),
+            wait_us: 0,
+            idle_jiffies: idle_jiffies(),
         }
     }
 
-    /// One period: measure, decide, apply. `spread_percent` is `[sluice] worker_spread_percent`.
-    pub fn tick(&mut self, workers: &Workers, spread_percent: u32) {
+    /// One period: measure, decide, apply. `spread_percent` is `[sluice] worker_spread_percent`;
+    /// `wait_us` the total time clients of every pool have waited for servers so far.
+    pub fn tick(&mut self, workers: &Workers, spread_percent: u32, wait_us: u64) {
         let slots = workers.slots();
         if slots.len() < 2 {
             return;
@@ -53,17 +65,77 @@ impl Balancer {
         } else {
             0.0
         };
+        let waited = wait_us.saturating_sub(self.wait_us) as f64 / 1e6;
+        self.wait_us = wait_us;
+        let idle = idle_jiffies();
+        let idle_cpus = match (idle, self.idle_jiffies) {
+            (Some(now), Some(then)) if wall > 0.0 => {
+                now.saturating_sub(then) as f64 / clock_ticks() / wall
+            }
+            _ => 0.0,
+        };
+        self.idle_jiffies = idle;
+        let queueing = Queueing {
+            clients_waited: wall > 0.0 && waited / wall >= QUEUED_CLIENTS,
+            idle_cpu: idle_cpus >= SPARE_CPUS,
+        };
         let before = workers.active();
         self.packing.active = before;
-        let after = self.packing.next(&busy, spread_at);
+        let after = self.packing.next_with(&busy, spread_at, queueing);
         if after != before {
             let busiest = busy.iter().copied().fold(0.0, f64::max);
             tracing::info!(
-                "workers: {after} of {} active (was {before}; busiest worker {:.0}% of a CPU)",
+                "workers: {after} of {} active (was {before}; busiest worker {:.0}% of a CPU; \
+                 {:.1} clients waiting for servers on average, {idle_cpus:.1} CPUs idle)",
                 slots.len(),
-                busiest * 100.0
+                busiest * 100.0,
+                if wall > 0.0 { waited / wall } else { 0.0 },
             );
             workers.set_active(after);
         }
+    }
+}
+
+/// The machine's idle and iowait time so far, in clock ticks (the first line of `/proc/stat`);
+/// None where there is no such file.
+fn idle_jiffies() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_idle(stat.lines().next()?)
+}
+
+/// Idle + iowait from `/proc/stat`'s `cpu` line.
+fn parse_idle(line: &str) -> Option<u64> {
+    let mut fields = line.split_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = fields.take(5).filter_map(|f| f.parse().ok()).collect();
+    (v.len() == 5).then(|| v[3] + v[4])
+}
+
+/// Clock ticks per second (`_SC_CLK_TCK`, the unit of `/proc/stat`).
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_time_is_idle_plus_iowait() {
+        assert_eq!(
+            parse_idle("cpu  4705 150 1120 16250 520 30 45 0 0 0"),
+            Some(16770)
+        );
+        assert_eq!(parse_idle("cpu0 1 2 3 4 5"), None);
+        assert_eq!(parse_idle("cpu 1 2"), None);
+        assert!(clock_ticks() > 0.0);
     }
 }

@@ -7,6 +7,27 @@
 //! on the fewest workers whose load stays below `[sluice] worker_spread_percent` of one CPU, and
 //! spread to more workers as soon as the busiest one goes past it.
 
+/// What limits throughput besides the workers' CPU, over the period that ended.
+///
+/// Clients queued for servers mean the servers are the bottleneck, and a server's turn-around
+/// includes the pooler's latency (its reply read, the next request written): a worker that carries
+/// many clients is slower to get to each, although it is far from CPU-bound. Spreading the clients
+/// then shortens every server's round trip, but it costs wake-ups, so only when the machine has
+/// CPU to spare (on a box whose cores PostgreSQL and the clients already use, it would not pay).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Queueing {
+    /// Clients waited for a server: on average at least one was queued over the period.
+    pub clients_waited: bool,
+    /// The machine had at least one CPU's worth of idle time over the period.
+    pub idle_cpu: bool,
+}
+
+impl Queueing {
+    fn needs_spread(self) -> bool {
+        self.clients_waited && self.idle_cpu
+    }
+}
+
 /// The balancer's memory between periods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packing {
@@ -36,12 +57,27 @@ impl Packing {
     /// over the period that ended. `spread_at` is the fraction of one CPU past which a worker is
     /// too busy; 0 or less means every worker is always active.
     pub fn next(&mut self, busy: &[f64], spread_at: f64) -> usize {
+        self.next_with(busy, spread_at, Queueing::default())
+    }
+
+    /// `next`, also told whether clients queued for servers while CPU was to spare: then every
+    /// worker takes clients (clients stay spread while they queue: no gathering meanwhile).
+    pub fn next_with(&mut self, busy: &[f64], spread_at: f64, queueing: Queueing) -> usize {
         let total = busy.len().max(1);
         if spread_at <= 0.0 {
             *self = Packing::new(total);
             return total;
         }
         let active = self.active.clamp(1, total);
+        if queueing.needs_spread() || (queueing.clients_waited && active == total) {
+            self.calm = 0;
+            self.active = if queueing.needs_spread() {
+                total
+            } else {
+                active
+            };
+            return self.active;
+        }
         let shown = &busy[..active.min(busy.len())];
         // Work still running on workers being given up counts as well: it is moving to the others.
         let load: f64 = busy.iter().sum();
@@ -138,6 +174,42 @@ mod tests {
             assert_eq!(p.next(&[0.1, 0.1], 0.75), 2);
         }
         assert_eq!(p.next(&[0.1, 0.1], 0.75), 1);
+    }
+
+    #[test]
+    fn queued_clients_spread_over_every_worker_when_cpu_is_to_spare() {
+        let waited = Queueing {
+            clients_waited: true,
+            idle_cpu: true,
+        };
+        // Far below the CPU threshold, but clients queue and cores idle: all workers at once.
+        let mut p = Packing::new(1);
+        assert_eq!(p.next_with(&[0.4, 0.0, 0.0, 0.0], 0.75, waited), 4);
+        // While clients queue, no gathering however calm the CPU.
+        let busy_box = Queueing {
+            clients_waited: true,
+            idle_cpu: false,
+        };
+        for _ in 0..10 {
+            assert_eq!(p.next_with(&[0.1, 0.1, 0.1, 0.1], 0.75, busy_box), 4);
+        }
+        // Queueing on a machine without spare CPU does not spread (the 2-core bench box).
+        let mut p = Packing::new(1);
+        assert_eq!(p.next_with(&[0.4, 0.0], 0.75, busy_box), 1);
+        // Spare CPU without queueing does not either.
+        let idle = Queueing {
+            clients_waited: false,
+            idle_cpu: true,
+        };
+        assert_eq!(p.next_with(&[0.4, 0.0], 0.75, idle), 1);
+        // Once the queue is gone, the usual calm periods gather again.
+        let mut p = Packing::new(2);
+        for _ in 1..CALM_PERIODS {
+            assert_eq!(p.next_with(&[0.1, 0.1], 0.75, idle), 2);
+        }
+        assert_eq!(p.next_with(&[0.1, 0.1], 0.75, idle), 1);
+        // With packing off, everything is active anyway.
+        assert_eq!(Packing::new(1).next_with(&[0.0, 0.0], 0.0, waited), 2);
     }
 
     #[test]
