@@ -552,3 +552,51 @@ fn registry_finds_pools_by_borrowed_names() {
     assert_eq!(made.load(Ordering::SeqCst), 2);
     assert_eq!(pools.all().len(), 2);
 }
+
+/// Every way a server can come back dirty ends with it closed, never handed to the next client:
+/// inside a transaction or with unread bytes (refused at check-in: `ServerConn::is_clean`), and
+/// with bytes or a hang-up arriving on its socket while it idles (a FATAL after a message the
+/// pooler let through; refused at hand-out: `Stream::is_quiet`).
+#[tokio::test(start_paused = true)]
+async fn a_dirty_server_is_never_handed_to_another_client() {
+    use tokio::io::AsyncWriteExt;
+    let f = fake(0);
+    let pool = pool_with(settings(1, 0), &f, ConnCounter::new());
+    let mut prev = pool.checkout().await.unwrap().id;
+    let dirty: [fn(&mut ServerConn); 2] = [
+        |s| s.status = sluice_protocol::TransactionStatus::InTransaction,
+        |s| s.rbuf.extend_from_slice(b"Z\0\0\0\x05I"),
+    ];
+    // (The checkout above was dropped unreleased: closed. Each round takes a fresh one.)
+    for make_dirty in dirty {
+        let mut s = pool.checkout().await.unwrap();
+        assert_ne!(s.id, prev);
+        make_dirty(&mut s);
+        prev = s.id;
+        pool.release(s, true);
+        let next = pool.checkout().await.unwrap();
+        assert_ne!(next.id, prev, "a dirty server was handed out again");
+        prev = next.id;
+        drop(next);
+    }
+    // Idle, then the server speaks (a FATAL) or hangs up: closed at the next hand-out.
+    for hang_up in [false, true] {
+        let s = pool.checkout().await.unwrap();
+        let id = s.id;
+        pool.release(s, true);
+        let mut peer = f.peers.lock().pop().expect("the server's peer socket");
+        if hang_up {
+            drop(peer);
+        } else {
+            peer.write_all(b"E\0\0\0\x08SFATAL\0").await.unwrap();
+            f.peers.lock().push(peer);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let next = pool.checkout().await.unwrap();
+        assert_ne!(
+            next.id, id,
+            "a server with unread bytes or a hang-up was handed out"
+        );
+        drop(next);
+    }
+}
