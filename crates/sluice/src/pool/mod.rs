@@ -3,6 +3,7 @@
 //! them back or closes them on drop.
 
 mod affinity;
+mod checks;
 pub mod connector;
 pub mod counter;
 mod growth;
@@ -13,6 +14,7 @@ pub mod resolve;
 pub mod rules;
 pub mod servers;
 pub mod settings;
+mod shrink;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -29,7 +31,7 @@ use tokio::sync::oneshot;
 
 use crate::error::PoolError;
 use crate::server::welcome::Welcome;
-use crate::server::{query, ServerConn};
+use crate::server::ServerConn;
 use crate::stats::{PoolStats, StatsShards};
 use crate::workers::cross::{CrossEvent, CrossWorkerCounts};
 use affinity::{pick_waiter, pop_most_recent_local};
@@ -578,67 +580,6 @@ impl Pool {
         }
     }
 
-    /// Run pooler queries (server_reset_query, session cleanup) on a server while it counts as
-    /// sv_tested, then return it; a failing query closes it instead.
-    pub async fn reset_and_release(self: &Arc<Self>, mut server: PooledServer, queries: &[&str]) {
-        if !queries.is_empty() {
-            let max = self.settings().connect.max_packet_size;
-            server.set_book_state(ServerState::Tested, Instant::now());
-            self.state.lock().testing += 1;
-            let mut result = Ok(());
-            for q in queries {
-                result = query::run_simple(&mut server, q, max).await;
-                if result.is_err() {
-                    break;
-                }
-            }
-            {
-                let mut st = self.state.lock();
-                st.testing = st.testing.saturating_sub(1);
-            }
-            server.set_book_state(ServerState::Active, Instant::now());
-            if let Err(e) = result {
-                tracing::warn!(
-                    "S-{}: {} server reset failed, closing: {e}",
-                    server.id,
-                    self.key
-                );
-                return;
-            }
-        }
-        self.release(server, true);
-    }
-
-    /// Run server_check_query on a server that idled past server_check_delay. None = it failed
-    /// and was closed.
-    async fn check_server(
-        &self,
-        mut server: PooledServer,
-        settings: &PoolSettings,
-    ) -> Option<PooledServer> {
-        let Some(q) = &settings.check_query else {
-            return Some(server);
-        };
-        server.set_book_state(ServerState::Tested, Instant::now());
-        self.state.lock().testing += 1;
-        let checked = query::run_simple(&mut server, q, settings.connect.max_packet_size).await;
-        {
-            let mut st = self.state.lock();
-            st.testing = st.testing.saturating_sub(1);
-        }
-        server.set_book_state(ServerState::Active, Instant::now());
-        if let Err(e) = checked {
-            tracing::warn!(
-                "S-{}: {} server check failed, closing: {}",
-                server.id,
-                self.key,
-                e
-            );
-            return None;
-        }
-        Some(server)
-    }
-
     /// Return a server. `reusable` = the caller knows it is clean (idle, nothing pending).
     pub fn release(self: &Arc<Self>, server: PooledServer, reusable: bool) {
         self.release_at(server, reusable, Instant::now(), &self.settings());
@@ -697,68 +638,6 @@ impl Pool {
         }
         conn.set_book_state(ServerState::Idle, now);
         st.idle.push_back(conn);
-    }
-
-    /// The pool, its database or its user holds more servers than a (lowered) limit allows: a
-    /// server that comes back closes instead of serving anyone else. Three loads of counters
-    /// that change only when a server opens or closes.
-    fn over_limits(&self, settings: &PoolSettings) -> bool {
-        rules::keep_cap(&settings.limits).is_some_and(|cap| self.servers.current() > cap)
-            || rules::over_limit(self.db_servers.current(), settings.max_db_connections)
-            || rules::over_limit(self.user_servers.current(), settings.max_user_connections)
-    }
-
-    /// Close idle servers while a lowered limit is exceeded (reload, SET, janitor).
-    fn trim_surplus(&self, settings: &PoolSettings) {
-        let mut closing = Vec::new();
-        {
-            let mut st = self.state.lock();
-            // Each close lowers the counters only when the connection drops, so count ahead.
-            let cap = rules::keep_cap(&settings.limits);
-            let (mut pool, mut db, mut user) = (
-                self.servers.current(),
-                self.db_servers.current(),
-                self.user_servers.current(),
-            );
-            while cap.is_some_and(|c| pool > c)
-                || rules::over_limit(db, settings.max_db_connections)
-                || rules::over_limit(user, settings.max_user_connections)
-            {
-                let Some(conn) = st.idle.pop_front() else {
-                    break;
-                };
-                closing.push(conn);
-                pool -= 1;
-                db = db.saturating_sub(1);
-                user = user.saturating_sub(1);
-            }
-        }
-        for c in &closing {
-            tracing::info!(
-                "S-{}: {} closing server: too many servers in the pool",
-                c.id,
-                self.key
-            );
-        }
-    }
-
-    /// Count what handing a server of worker `home` to waiter `w` crosses: the server goes to
-    /// another worker's client, and/or the waiter is woken from another worker's thread.
-    fn note_hand_to(&self, w: &Waiter, home: u16) {
-        if w.worker != home {
-            self.cross.note(CrossEvent::ServerHandoff);
-        }
-        if w.worker != crate::workers::current() {
-            self.cross.note(CrossEvent::RemoteWake);
-        }
-    }
-
-    /// An idle server taken by a client of the calling worker: a hand-off when its socket lives
-    /// on another worker.
-    fn note_taken(&self, conn: &ServerConn) {
-        if conn.home != crate::workers::current() {
-            self.cross.note(CrossEvent::ServerHandoff);
-        }
     }
 
     /// A handed-out server was dropped without release: it is closed.

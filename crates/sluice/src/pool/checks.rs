@@ -1,0 +1,73 @@
+//! Pooler-run queries on a checked-out server while it counts as sv_tested: server_reset_query
+//! (and session cleanup) before it goes back, server_check_query before an idle one is reused.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::servers::ServerState;
+use super::{Pool, PoolSettings, PooledServer};
+use crate::server::query;
+
+impl Pool {
+    /// Run pooler queries (server_reset_query, session cleanup) on a server while it counts as
+    /// sv_tested, then return it; a failing query closes it instead.
+    pub async fn reset_and_release(self: &Arc<Self>, mut server: PooledServer, queries: &[&str]) {
+        if !queries.is_empty() {
+            let max = self.settings().connect.max_packet_size;
+            server.set_book_state(ServerState::Tested, Instant::now());
+            self.state.lock().testing += 1;
+            let mut result = Ok(());
+            for q in queries {
+                result = query::run_simple(&mut server, q, max).await;
+                if result.is_err() {
+                    break;
+                }
+            }
+            {
+                let mut st = self.state.lock();
+                st.testing = st.testing.saturating_sub(1);
+            }
+            server.set_book_state(ServerState::Active, Instant::now());
+            if let Err(e) = result {
+                tracing::warn!(
+                    "S-{}: {} server reset failed, closing: {e}",
+                    server.id,
+                    self.key
+                );
+                return;
+            }
+        }
+        self.release(server, true);
+    }
+
+    /// Run server_check_query on a server that idled past server_check_delay. None = it failed
+    /// and was closed.
+    pub(super) async fn check_server(
+        &self,
+        mut server: PooledServer,
+        settings: &PoolSettings,
+    ) -> Option<PooledServer> {
+        let Some(q) = &settings.check_query else {
+            return Some(server);
+        };
+        server.set_book_state(ServerState::Tested, Instant::now());
+        self.state.lock().testing += 1;
+        let checked = query::run_simple(&mut server, q, settings.connect.max_packet_size).await;
+        {
+            let mut st = self.state.lock();
+            st.testing = st.testing.saturating_sub(1);
+        }
+        server.set_book_state(ServerState::Active, Instant::now());
+        if let Err(e) = checked {
+            tracing::warn!(
+                "S-{}: {} server check failed, closing: {}",
+                server.id,
+                self.key,
+                e
+            );
+            return None;
+        }
+        Some(server)
+    }
+}
