@@ -49,9 +49,10 @@ async fn impossible_and_truncated_lengths_before_and_after_login() {
         let f = expect_fatal(&mut c, "08P01").await;
         assert!(f[&b'M'].contains("packet"), "len {len}: {f:?}");
     }
-    // After login, 2^31-1 with the default max_packet_size (2^31-1, like PgBouncer): the header is
-    // legal for the pooler, which streams the body instead of buffering it; PostgreSQL refuses a
-    // Query that long. The client gets an error or a close, and nothing is allocated for it.
+    // After login, 2^31-1 with the default max_packet_size (2^31-1, like PgBouncer): legal for the
+    // pooler's setting, but longer than PostgreSQL accepts for a Query, so refused at the header
+    // (isolation.rs checks the text). The client gets an error or a close, and nothing is
+    // allocated for it.
     let rss_before = rss_kib(s.pid());
     let mut c = raw_login(&s, &[]).await;
     let mut m = vec![b'Q'];

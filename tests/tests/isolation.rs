@@ -85,6 +85,49 @@ async fn an_idle_refusal_keeps_the_server_open() {
     );
 }
 
+/// A header announcing more than PostgreSQL accepts for its type (1 GiB - 2 for a Query, 10,000
+/// bytes for a Sync) gets 08P01 at once, idle and mid-transaction; PostgreSQL would hang up without
+/// a word while the client waited for a reply (PgBouncer: "server conn crashed?"). The refused
+/// idle client's server is untouched: the same backend serves the next client.
+#[tokio::test]
+async fn a_header_longer_than_postgresql_accepts_is_refused_at_once() {
+    let s = bad_input_common::start("pool_mode = transaction\ndefault_pool_size = 1");
+    let mut probe = raw_login(&s, &[]).await;
+    let before = raw_scalar(&mut probe, "SELECT pg_backend_pid()").await;
+    // Idle first (the backend must survive), then mid-transaction (the server in a transaction is
+    // closed, not reused).
+    for in_transaction in [false, true] {
+        for (tag, len) in [(b'Q', 0x4000_0000u32), (b'Q', 0x3fff_ffff), (b'S', 10_001)] {
+            let mut c = raw_login(&s, &[]).await;
+            if in_transaction {
+                let (r, status) = raw_query(&mut c, "BEGIN").await;
+                r.unwrap();
+                assert_eq!(status, b'T');
+            }
+            let mut m = vec![tag];
+            m.extend_from_slice(&len.to_be_bytes());
+            c.send(&m).await;
+            let started = Instant::now();
+            let f = expect_fatal(&mut c, "08P01").await;
+            let want = format!(
+                "invalid message length: message type '{}' announces {len} bytes",
+                tag as char
+            );
+            assert!(f[&b'M'].contains(&want), "{f:?}");
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+        if !in_transaction {
+            let after = raw_scalar(&mut probe, "SELECT pg_backend_pid()").await;
+            assert_eq!(before, after, "an idle refusal closed the pool's server");
+        }
+    }
+    bad_input_common::assert_works(&s).await;
+}
+
 /// During COPY FROM STDIN only CopyData/CopyDone/CopyFail/Flush/Sync are defined: a Query there is
 /// refused by the pooler, and the server (mid-COPY) is closed, not reused.
 #[tokio::test]

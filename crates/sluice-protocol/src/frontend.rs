@@ -55,6 +55,32 @@ pub mod frontend_tag {
         matches!(tag, COPY_DATA | COPY_DONE | COPY_FAIL | FLUSH | SYNC)
     }
 
+    /// PostgreSQL's cap on a frontend message's length word (which counts itself) for the types
+    /// that carry SQL or data (Query, Parse, Bind, FunctionCall, CopyData): 1 GiB - 2 bytes.
+    pub const LARGE_MESSAGE_LIMIT: u32 = 0x3fff_fffe;
+    /// The same cap for every other type (PostgreSQL 14+: Sync, Flush, Describe, Execute, Close,
+    /// CopyDone, CopyFail, Terminate).
+    pub const SMALL_MESSAGE_LIMIT: u32 = 10_000;
+
+    /// The longest length word PostgreSQL accepts for `tag`. A longer one makes the backend log
+    /// "invalid message length" and hang up without a word to the client, so the pooler refuses
+    /// it at the header instead of forwarding it (or buffering a body that never comes).
+    pub fn max_len(tag: u8) -> u32 {
+        match tag {
+            QUERY | PARSE | BIND | FUNCTION_CALL | COPY_DATA => LARGE_MESSAGE_LIMIT,
+            _ => SMALL_MESSAGE_LIMIT,
+        }
+    }
+
+    /// The ErrorResponse text for a message whose length word exceeds `max_len(tag)`.
+    pub fn oversized_message(tag: u8, len: u32) -> String {
+        format!(
+            "invalid message length: message type '{}' announces {len} bytes, PostgreSQL accepts at most {}",
+            tag.escape_ascii(),
+            max_len(tag)
+        )
+    }
+
     /// The ErrorResponse text for a message type not defined where it came (PostgreSQL's words,
     /// after PgBouncer's "unknown pkt from client" that operators grep for).
     pub fn undefined_message(tag: u8) -> String {
@@ -454,6 +480,21 @@ mod tag_set_tests {
         assert_eq!(
             undefined_message(0),
             "unknown pkt from client: invalid frontend message type 0"
+        );
+    }
+
+    #[test]
+    fn length_caps_follow_postgresql() {
+        let large: Vec<u8> = b"BCDEFHPQSXcdf"
+            .iter()
+            .copied()
+            .filter(|t| max_len(*t) == LARGE_MESSAGE_LIMIT)
+            .collect();
+        assert_eq!(large, b"BFPQd".to_vec());
+        assert_eq!(max_len(b'S'), 10_000);
+        assert_eq!(
+            oversized_message(b'Q', 0x4000_0000),
+            "invalid message length: message type 'Q' announces 1073741824 bytes, PostgreSQL accepts at most 1073741822"
         );
     }
 }

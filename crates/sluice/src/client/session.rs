@@ -468,6 +468,9 @@ async fn wait_for_request(
             Ok(Some(h)) if !frontend_tag::is_defined_after_login(h.tag) => {
                 return Idle::Bad(frontend_tag::undefined_message(h.tag))
             }
+            Ok(Some(h)) if h.len > frontend_tag::max_len(h.tag) => {
+                return Idle::Bad(frontend_tag::oversized_message(h.tag, h.len))
+            }
             Ok(Some(_)) => return Idle::Request,
             Ok(None) => {}
             Err(e) => return Idle::Bad(format!("bad packet header: {e}")),

@@ -98,6 +98,16 @@ impl Relay<'_> {
                     server_clean: self.server_clean(),
                 });
             }
+            if header.len > frontend_tag::max_len(tag) {
+                // PostgreSQL would hang up without a word, holding the client until it gives up.
+                return Err(RelayEnd::Fatal {
+                    notice: crate::error::ClientNotice::new(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        frontend_tag::oversized_message(tag, header.len),
+                    ),
+                    server_clean: self.server_clean(),
+                });
+            }
             if self.tracker.is_some()
                 && !self.c_observed
                 && matches!(tag, frontend_tag::QUERY | frontend_tag::PARSE)
