@@ -161,8 +161,14 @@ pub async fn lookup(
             pool.release(server, true);
             return Err(AuthQueryError::Query(f.message));
         }
-        Ok(Err(e)) => return Err(AuthQueryError::Query(e.to_string())),
-        Err(_) => return Err(AuthQueryError::Query("timed out".to_string())),
+        Ok(Err(e)) => {
+            pool.discard(server);
+            return Err(AuthQueryError::Query(e.to_string()));
+        }
+        Err(_) => {
+            pool.discard(server);
+            return Err(AuthQueryError::Query("timed out".to_string()));
+        }
     };
     let secret = found
         .filter(|s| !s.is_empty())

@@ -165,6 +165,7 @@ async fn serve_request(
                 client.id,
                 client.label()
             );
+            s.pool.discard(server);
             return Some(EndReason::Error(invalid_server_parameter(&e)));
         }
     };
@@ -399,11 +400,11 @@ async fn finish(
                 "S-{}: closing server: client left mid-transaction or after LOAD",
                 server.id
             );
-            drop(server);
+            s.pool.discard(server);
             Some(EndReason::ClientClosed)
         }
         RelayEnd::ServerGone(notice) | RelayEnd::Fatal { notice, .. } => {
-            drop(server);
+            s.pool.discard(server);
             Some(EndReason::Error(notice))
         }
     }

@@ -1,6 +1,7 @@
 //! Pooler-run queries on a checked-out server while it counts as sv_tested: server_reset_query
 //! (and session cleanup) before it goes back, server_check_query before an idle one is reused.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -16,7 +17,7 @@ impl Pool {
         if !queries.is_empty() {
             let max = self.settings().connect.max_packet_size;
             server.set_book_state(ServerState::Tested, Instant::now());
-            self.state.lock().testing += 1;
+            self.testing.fetch_add(1, Ordering::Relaxed);
             let mut result = Ok(());
             for q in queries {
                 result = query::run_simple(&mut server, q, max).await;
@@ -24,10 +25,7 @@ impl Pool {
                     break;
                 }
             }
-            {
-                let mut st = self.state.lock();
-                st.testing = st.testing.saturating_sub(1);
-            }
+            self.testing.fetch_sub(1, Ordering::Relaxed);
             server.set_book_state(ServerState::Active, Instant::now());
             if let Err(e) = result {
                 tracing::warn!(
@@ -35,6 +33,7 @@ impl Pool {
                     server.id,
                     self.key
                 );
+                self.discard(server);
                 return;
             }
         }
@@ -52,12 +51,9 @@ impl Pool {
             return Some(server);
         };
         server.set_book_state(ServerState::Tested, Instant::now());
-        self.state.lock().testing += 1;
+        self.testing.fetch_add(1, Ordering::Relaxed);
         let checked = query::run_simple(&mut server, q, settings.connect.max_packet_size).await;
-        {
-            let mut st = self.state.lock();
-            st.testing = st.testing.saturating_sub(1);
-        }
+        self.testing.fetch_sub(1, Ordering::Relaxed);
         server.set_book_state(ServerState::Active, Instant::now());
         if let Err(e) = checked {
             tracing::warn!(

@@ -2,6 +2,7 @@
 //! `rules.rs`), reserving their slots, and the connect tasks that log them in and hand them to the
 //! waiters (or record a failed login for server_login_retry).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -18,18 +19,19 @@ impl Pool {
         PoolSnapshot {
             total: self.servers.current(),
             connecting: st.connecting,
-            waiters: st.waiters.len(),
-            oldest_wait: st
-                .waiters
-                .front()
-                .map(|w| now - w.since)
+            waiters: self.shards.iter().map(|s| s.waiting_hint()).sum(),
+            oldest_wait: self
+                .shards
+                .iter()
+                .filter_map(|s| s.head_wait(self.born, now))
+                .max()
                 .unwrap_or_default(),
             has_clients: st.clients > 0 || settings.forced_user,
             retry_blocked: st
                 .failure
                 .as_ref()
                 .is_some_and(|f| f.at.elapsed() < settings.login_retry),
-            frozen: st.paused || st.removed,
+            frozen: self.is_paused() || self.is_removed(),
         }
     }
 
@@ -126,10 +128,10 @@ impl Pool {
                     let mut st = self.state.lock();
                     st.connecting = st.connecting.saturating_sub(1);
                     st.failure = None;
-                    st.active += 1;
+                    self.failing.store(false, Ordering::Relaxed);
                 }
-                // release() hands it to the first waiter or parks it idle.
-                self.release(PooledServer::new(conn, self.clone()), true);
+                // release() hands it to a waiter or parks it idle.
+                self.release(PooledServer::new(conn), true);
             }
             Err(e) => {
                 drop(slots);
@@ -141,18 +143,19 @@ impl Pool {
     fn login_failed(self: &Arc<Self>, e: ServerError) {
         tracing::warn!("{}: server login failed: {}", self.key, e);
         let notice: Option<ClientNotice> = e.is_login_rejection().then(|| e.client_notice());
-        let waiters: Vec<Waiter> = {
+        {
             let mut st = self.state.lock();
             st.connecting = st.connecting.saturating_sub(1);
             st.failure = Some(LoginFailure {
                 at: Instant::now(),
                 message: e.to_string(),
             });
-            if notice.is_some() {
-                st.waiters.drain(..).collect()
-            } else {
-                Vec::new()
-            }
+            self.failing.store(true, Ordering::Relaxed);
+        }
+        let waiters: Vec<Waiter> = if notice.is_some() {
+            self.drain_waiters()
+        } else {
+            Vec::new()
         };
         if let Some(n) = notice {
             for w in waiters {

@@ -1,12 +1,15 @@
-//! One pool per (database, user): idle servers, waiting clients and server accounting under a sync
-//! mutex that is never held across `.await`. Servers leave the pool as `PooledServer`, which puts
-//! them back or closes them on drop.
+//! One pool per (database, user). Idle servers and waiting clients live in per-worker shards
+//! (`shard.rs`), each under its own sync lock that is never held across `.await`; the pool-wide
+//! figures (servers connecting, clients, the last login failure) under one more lock that only
+//! growth, logins and the console take. Servers leave the pool as `PooledServer`; `handout.rs`
+//! has the checkout and release paths.
 
 mod affinity;
 mod checks;
 pub mod connector;
 pub mod counter;
 mod growth;
+mod handout;
 pub mod janitor;
 mod pooled;
 pub mod registry;
@@ -14,11 +17,11 @@ pub mod resolve;
 pub mod rules;
 pub mod servers;
 pub mod settings;
+mod shard;
 mod shrink;
 
-use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,14 +35,15 @@ use tokio::sync::oneshot;
 use crate::error::PoolError;
 use crate::server::welcome::Welcome;
 use crate::server::ServerConn;
-use crate::stats::{PoolStats, StatsShards};
-use crate::workers::cross::{CrossEvent, CrossWorkerCounts};
-use affinity::{pick_waiter, pop_most_recent_local};
+use crate::stats::StatsShards;
+use crate::workers::cross::CrossWorkerCounts;
 use connector::Connector;
-use counter::{ConnCounter, ServerSlots};
+use counter::ConnCounter;
+pub use handout::Queued;
 pub use pooled::PooledServer;
-use servers::{ServerBook, ServerState};
+use servers::ServerBook;
 pub use settings::{PoolSettings, RelayTimeouts, SessionKnobs, SettingsSnapshot};
+use shard::Shard;
 
 /// Identity of a pool: the database name clients use and the user the pool logs in as.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,20 +64,10 @@ const ASK_KERNEL_AFTER_IDLE: Duration = Duration::from_millis(500);
 
 type WaiterReply = Result<PooledServer, PoolError>;
 
-// Short-lived on the stack between the lock and the hand-out; boxing would allocate per checkout.
-#[allow(clippy::large_enum_variant)]
-enum Ticket {
-    /// An idle server and how long it idled.
-    Idle(Box<ServerConn>, Duration),
-    Queued(oneshot::Receiver<WaiterReply>, Vec<ServerSlots>),
-}
-
-/// A request in line for a server (see `Pool::try_checkout_now`).
-pub struct Queued(oneshot::Receiver<WaiterReply>);
-
+/// A request in line for a server.
 struct Waiter {
     since: Instant,
-    /// The worker the waiting client runs on (see `pick_waiter`).
+    /// The worker the waiting client runs on (its shard).
     worker: u16,
     tx: oneshot::Sender<WaiterReply>,
 }
@@ -83,21 +77,13 @@ struct LoginFailure {
     message: String,
 }
 
+/// Pool-wide figures, under `Pool::state` (growth, logins, the console; never per transaction).
 #[derive(Default)]
 struct PoolState {
-    /// Boxed so that hand-outs and returns move a pointer, not the whole connection.
-    idle: VecDeque<Box<ServerConn>>,
-    /// Servers handed out (linked to a client or being tested).
-    active: usize,
     connecting: usize,
-    waiters: VecDeque<Waiter>,
     failure: Option<LoginFailure>,
     /// Logged-in clients of this pool.
     clients: usize,
-    removed: bool,
-    paused: bool,
-    /// Handed-out servers running server_check_query (sv_tested).
-    testing: usize,
     /// The last growth attempt hit max_db_connections or max_user_connections.
     limit_blocked: bool,
 }
@@ -122,12 +108,24 @@ pub struct PoolCounts {
 
 pub struct Pool {
     pub key: PoolKey,
+    /// Idle servers and waiters, one shard per worker.
+    shards: Box<[Shard]>,
+    /// The origin of the shards' published wait stamps.
+    born: Instant,
+    state: Mutex<PoolState>,
+    /// Read under a shard's lock by every checkout; set, then every shard locked once (`barrier`),
+    /// so that no hand-out that read the old value is still running when the setter returns.
+    removed: AtomicBool,
+    paused: AtomicBool,
+    /// `state.failure` is set: checkouts that find nothing idle look at it.
+    failing: AtomicBool,
+    /// Handed-out servers running server_check_query or a reset query (sv_tested).
+    testing: AtomicUsize,
     /// Clients whose session state pins them to their server (transaction/statement mode).
-    pinned: std::sync::atomic::AtomicUsize,
+    pinned: AtomicUsize,
     settings: ArcSwap<PoolSettings>,
     /// Bumped after every `update_settings` store (`refresh_settings`).
     settings_version: AtomicU64,
-    state: Mutex<PoolState>,
     servers: Arc<ConnCounter>,
     db_servers: Arc<ConnCounter>,
     user_servers: Arc<ConnCounter>,
@@ -146,27 +144,34 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// `workers`: how many worker threads serve it (one shard and one statistics copy each).
     pub fn new(
         key: PoolKey,
         settings: PoolSettings,
         db_servers: Arc<ConnCounter>,
         user_servers: Arc<ConnCounter>,
         connector: Arc<dyn Connector>,
-        stat_shards: usize,
+        workers: usize,
     ) -> Arc<Self> {
         Arc::new(Pool {
             key,
-            pinned: std::sync::atomic::AtomicUsize::new(0),
+            shards: (0..workers.max(1)).map(|_| Shard::default()).collect(),
+            born: Instant::now(),
+            state: Mutex::new(PoolState::default()),
+            removed: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+            failing: AtomicBool::new(false),
+            testing: AtomicUsize::new(0),
+            pinned: AtomicUsize::new(0),
             settings: ArcSwap::from_pointee(settings),
             settings_version: AtomicU64::new(0),
-            state: Mutex::new(PoolState::default()),
             servers: ConnCounter::new(),
             db_servers,
             user_servers,
             connector,
             scram_keys: Mutex::new(None),
             welcome: Mutex::new(None),
-            stats: StatsShards::new(stat_shards),
+            stats: StatsShards::new(workers),
             cross: CrossWorkerCounts::default(),
             servers_book: Arc::new(ServerBook::default()),
             close_upto: AtomicU64::new(0),
@@ -207,8 +212,7 @@ impl Pool {
         self.settings_version.fetch_add(1, Ordering::Release);
         if changed {
             *self.welcome.lock() = None;
-            let stale: Vec<Box<ServerConn>> = self.state.lock().idle.drain(..).collect();
-            drop(stale);
+            drop(self.drain_idle());
         }
         self.trim_surplus(&self.settings());
         self.kick();
@@ -222,34 +226,49 @@ impl Pool {
         self.welcome.lock().clone()
     }
 
+    /// SHOW POOLS' figures. Servers handed out are derived (open - idle - connecting), so no
+    /// count is kept per hand-out and none can drift.
     pub fn counts(&self) -> PoolCounts {
         let check_delay = self.settings.load().check_delay;
-        let st = self.state.lock();
         let now = Instant::now();
-        let used = st
-            .idle
-            .iter()
-            .filter(|c| rules::needs_check(now - c.last_used, check_delay, true))
-            .count();
+        let (mut idle, mut used, mut waiting) = (0, 0, 0);
+        let mut oldest: Option<Instant> = None;
+        for shard in self.shards.iter() {
+            let l = shard.lock();
+            let n_used = l
+                .idle
+                .iter()
+                .filter(|c| rules::needs_check(now - c.last_used, check_delay, true))
+                .count();
+            used += n_used;
+            idle += l.idle.len() - n_used;
+            waiting += l.waiters.len();
+            if let Some(w) = l.waiters.front() {
+                oldest = Some(oldest.map_or(w.since, |o| o.min(w.since)));
+            }
+        }
+        let (clients, connecting) = {
+            let st = self.state.lock();
+            (st.clients, st.connecting)
+        };
+        let total = self.servers.current();
         PoolCounts {
-            clients: st.clients,
-            waiting: st.waiters.len(),
-            max_wait: st
-                .waiters
-                .front()
-                .map(|w| now - w.since)
+            clients,
+            waiting,
+            max_wait: oldest
+                .map(|o| now.saturating_duration_since(o))
                 .unwrap_or_default(),
-            active: st.active,
-            idle: st.idle.len() - used,
+            active: total.saturating_sub(idle + used + connecting),
+            idle,
             used,
-            tested: st.testing,
-            connecting: st.connecting,
-            total: self.servers.current(),
+            tested: self.testing.load(Ordering::Relaxed),
+            connecting,
+            total,
         }
     }
 
     pub fn is_paused(&self) -> bool {
-        self.state.lock().paused
+        self.paused.load(Ordering::Relaxed)
     }
 
     /// A server that must not be reused: its pool's login changed, or RECONNECT asked for it.
@@ -276,14 +295,45 @@ impl Pool {
 
     /// Close every idle server (PAUSE, KILL, RECONNECT).
     pub fn close_idle(self: &Arc<Self>) {
-        let idle: Vec<Box<ServerConn>> = self.state.lock().idle.drain(..).collect();
-        drop(idle);
+        drop(self.drain_idle());
         self.kick();
+    }
+
+    /// Take every shard's idle servers (the caller drops them, outside the locks; boxed as they
+    /// are kept).
+    #[allow(clippy::vec_box)]
+    fn drain_idle(&self) -> Vec<Box<ServerConn>> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let mut l = shard.lock();
+            out.extend(l.idle.drain(..));
+            shard.publish(&l, self.born);
+        }
+        out
+    }
+
+    /// Take every shard's waiters.
+    fn drain_waiters(&self) -> Vec<Waiter> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let mut l = shard.lock();
+            out.extend(l.waiters.drain(..));
+            shard.publish(&l, self.born);
+        }
+        out
+    }
+
+    /// After a flag that checkouts read under a shard lock was set: wait until no checkout that
+    /// read the old value is still inside its shard's lock.
+    fn barrier(&self) {
+        for shard in self.shards.iter() {
+            drop(shard.lock());
+        }
     }
 
     /// Clients currently pinned to their server by session state.
     pub fn pinned_clients(&self) -> usize {
-        self.pinned.load(std::sync::atomic::Ordering::Relaxed)
+        self.pinned.load(Ordering::Relaxed)
     }
 
     /// A client became pinned (`true`) or unpinned (`false`).
@@ -308,28 +358,23 @@ impl Pool {
     }
 
     pub fn is_removed(&self) -> bool {
-        self.state.lock().removed
+        self.removed.load(Ordering::Relaxed)
     }
 
     /// The database was dropped from the config: fail waiters, close idle servers, refuse new work.
     pub fn mark_removed(&self) {
-        let (idle, waiters) = {
-            let mut st = self.state.lock();
-            st.removed = true;
-            (
-                st.idle.drain(..).collect::<Vec<_>>(),
-                st.waiters.drain(..).collect::<Vec<_>>(),
-            )
-        };
-        drop(idle);
-        for w in waiters {
+        self.removed.store(true, Ordering::Relaxed);
+        self.barrier();
+        drop(self.drain_idle());
+        for w in self.drain_waiters() {
             let _ = w.tx.send(Err(PoolError::DatabaseRemoved));
         }
     }
 
     /// Stop (or allow) opening servers and handing them out (PAUSE / shutdown).
     pub fn set_paused(self: &Arc<Self>, paused: bool) {
-        self.state.lock().paused = paused;
+        self.paused.store(paused, Ordering::Relaxed);
+        self.barrier();
         if !paused {
             self.kick();
         }
@@ -337,370 +382,35 @@ impl Pool {
 
     /// Fail every waiting client (shutdown).
     pub fn fail_waiters(&self, make: impl Fn() -> PoolError) {
-        let waiters: Vec<Waiter> = self.state.lock().waiters.drain(..).collect();
-        for w in waiters {
+        for w in self.drain_waiters() {
             let _ = w.tx.send(Err(make()));
         }
     }
 
-    /// Get a server: an idle one if any (checked with server_check_query when it idled too long), else
-    /// wait in line while the pool opens one, up to query_wait_timeout.
-    pub async fn checkout(self: &Arc<Self>) -> Result<PooledServer, PoolError> {
-        self.checkout_at(Instant::now(), &self.settings(), None)
-            .await
-            .map(|(s, _)| s)
-    }
-
-    /// `checkout` for a request that arrived at `started` (the session's one clock reading for
-    /// it), which also serves the idle checks and, when a server is handed out at once, the wait
-    /// (none); the clock is read again only after an actual wait or server check. Returns the
-    /// server and when it was handed over (`started` when at once). `settings`: the caller's
-    /// snapshot of this pool's (a reload during the wait applies from the next request).
-    /// `queued`: the request's place in line from `try_checkout_now`, if it took one.
-    pub async fn checkout_at(
-        self: &Arc<Self>,
-        started: Instant,
-        settings: &Arc<PoolSettings>,
-        mut queued: Option<Queued>,
-    ) -> Result<(PooledServer, Instant), PoolError> {
-        let mut now = started;
-        loop {
-            let ticket = match queued.take() {
-                Some(Queued(rx)) => Ticket::Queued(rx, Vec::new()),
-                None => self.take_or_queue(settings, now)?,
-            };
-            let (mut server, idle_for) = match ticket {
-                Ticket::Idle(conn, idle_for) => (PooledServer::new(conn, self.clone()), idle_for),
-                Ticket::Queued(rx, slots) => {
-                    self.spawn_connects(slots, settings);
-                    let s = Self::wait(rx).await?;
-                    now = Instant::now();
-                    // Usually handed over by a release just now; after RESUME, maybe an old idle one.
-                    let idle_for = now.saturating_duration_since(s.last_used);
-                    (s, idle_for)
-                }
-            };
-            if !Self::settle_here(&mut server) {
-                now = Instant::now();
-                continue;
-            }
-            let checked = rules::needs_check(
-                idle_for,
-                settings.check_delay,
-                settings.check_query.is_some(),
-            );
-            // Boxed and only when a check runs: the query's future would otherwise size every
-            // queued client's checkout (and the session frame that holds it) for a rare step.
-            let ready = if checked {
-                Box::pin(self.check_server(server, settings)).await
-            } else {
-                Some(server)
-            };
-            if let Some(s) = ready {
-                if now == started && !checked {
-                    self.note_assignment(Duration::ZERO);
-                    return Ok((s, started));
-                }
-                let handed_at = Instant::now();
-                self.note_assignment(handed_at - started);
-                return Ok((s, handed_at));
-            }
-            now = Instant::now();
-        }
-    }
-
-    /// The common hand-out without a future to poll: an idle server that needs no check, at
-    /// `started`. Otherwise `Err`, for `checkout_at` to go on with: `Some(queued)` when nothing
-    /// was idle and the request is already in line (under the same lock: at many clients every
-    /// request queues, and a second pass through the lock found the same empty pool); `None` when
-    /// the pool is paused, removed or failing logins, a server is due for server_check_query (left
-    /// idle for that path), or one could not move to this worker (closed).
-    pub fn try_checkout_now(
-        self: &Arc<Self>,
-        started: Instant,
-        settings: &Arc<PoolSettings>,
-    ) -> Result<PooledServer, Option<Queued>> {
-        let conn = {
-            let mut st = self.state.lock();
-            if st.removed || st.paused {
-                return Err(None);
-            }
-            let Some((conn, idle_for)) = self.take_idle(&mut st, settings, started) else {
-                if self.login_failing(&st, settings).is_some() {
-                    return Err(None);
-                }
-                let (rx, slots) = self.queue_locked(&mut st, settings);
-                drop(st);
-                self.spawn_connects(slots, settings);
-                return Err(Some(Queued(rx)));
-            };
-            if rules::needs_check(
-                idle_for,
-                settings.check_delay,
-                settings.check_query.is_some(),
-            ) {
-                st.idle.push_back(conn);
-                return Err(None);
-            }
-            st.active += 1;
-            conn.set_book_state(ServerState::Active, started);
-            self.note_taken(&conn);
-            conn
-        };
-        let mut server = PooledServer::new(conn, self.clone());
-        if !Self::settle_here(&mut server) {
-            return Err(None);
-        }
-        self.note_assignment(Duration::ZERO);
-        Ok(server)
-    }
-
-    /// A server from another worker's client (or connect task) moves to this worker, once,
-    /// rather than waking it through the other worker's driver for every reply. False when it
-    /// cannot (the caller drops it, which closes it).
-    fn settle_here(server: &mut PooledServer) -> bool {
-        let here = crate::workers::current();
-        if server.home != here {
-            server.pool().cross.note(CrossEvent::SocketMove);
-            if let Err(e) = server.stream.move_to_current_worker() {
-                tracing::warn!("S-{}: cannot move to this worker, closing: {e}", server.id);
-                return false;
-            }
-            server.home = here;
-        }
-        true
-    }
-
-    /// Under the lock: take an idle server, or join the queue (planning growth for it).
-    fn take_or_queue(
-        self: &Arc<Self>,
-        settings: &PoolSettings,
-        now: Instant,
-    ) -> Result<Ticket, PoolError> {
-        let mut st = self.state.lock();
-        if st.removed {
-            return Err(PoolError::DatabaseRemoved);
-        }
-        if !st.paused {
-            if let Some((conn, idle_for)) = self.take_idle(&mut st, settings, now) {
-                st.active += 1;
-                conn.set_book_state(ServerState::Active, now);
-                self.note_taken(&conn);
-                return Ok(Ticket::Idle(conn, idle_for));
-            }
-            if let Some(f) = self.login_failing(&st, settings) {
-                return Err(PoolError::LoginFailing(f.message.clone()));
-            }
-        }
-        let (rx, slots) = self.queue_locked(&mut st, settings);
-        Ok(Ticket::Queued(rx, slots))
-    }
-
-    /// The last server login failure while no server is open, for login_retry after it: new
-    /// requests fail at once with its message instead of waiting for a server that will not come.
-    fn login_failing<'a>(
-        &self,
-        st: &'a PoolState,
-        settings: &PoolSettings,
-    ) -> Option<&'a LoginFailure> {
-        st.failure
-            .as_ref()
-            .filter(|f| self.servers.current() == 0 && f.at.elapsed() < settings.login_retry)
-    }
-
-    /// Put a request in line (under the pool's lock) and plan the connections to open for it.
-    fn queue_locked(
-        self: &Arc<Self>,
-        st: &mut PoolState,
-        settings: &PoolSettings,
-    ) -> (oneshot::Receiver<WaiterReply>, Vec<ServerSlots>) {
-        let (tx, rx) = oneshot::channel();
-        st.waiters.push_back(Waiter {
-            // Read under the lock, not the caller's `now`: waiters stay ordered by `since`, which
-            // `pick_waiter` relies on.
-            since: Instant::now(),
-            worker: crate::workers::current(),
-            tx,
-        });
-        (rx, self.plan_locked(st, settings))
-    }
-
-    fn note_assignment(&self, waited: Duration) {
-        PoolStats::add(&self.stats.server_assignments, 1);
-        PoolStats::add(&self.stats.wait_time_us, waited.as_micros() as u64);
-    }
-
-    /// Wait for a server, or for the janitor to give up on query_wait_timeout (`expire_waiters`).
-    /// No timer per wait: at many clients every checkout waits, and a timer registered and
-    /// removed per transaction was ~7% of a transaction's instructions at 1,000 clients.
-    async fn wait(rx: oneshot::Receiver<WaiterReply>) -> Result<PooledServer, PoolError> {
-        rx.await.map_err(|_| PoolError::ShuttingDown)?
-    }
-
-    /// Fail the waiters queued for query_wait_timeout or longer (janitor, PgBouncer does the same
-    /// in its maintenance pass, so the timeout is as precise as the janitor's period).
-    fn expire_waiters(st: &mut PoolState, limit: Option<Duration>, now: Instant) {
-        let Some(limit) = limit else { return };
-        // Oldest first: the queue is ordered by `since`.
-        while st
-            .waiters
-            .front()
-            .is_some_and(|w| now.saturating_duration_since(w.since) >= limit)
-        {
-            if let Some(w) = st.waiters.pop_front() {
-                let _ = w.tx.send(Err(PoolError::WaitTimeout));
-            }
-        }
-    }
-
-    /// Pop an idle server that may be used now, with how long it idled (its callers' check for
-    /// server_check_delay uses the same figure); stale ones are dropped (closed) on the way.
-    fn take_idle(
-        &self,
-        st: &mut PoolState,
-        settings: &PoolSettings,
-        now: Instant,
-    ) -> Option<(Box<ServerConn>, Duration)> {
-        loop {
-            let conn = if settings.round_robin {
-                st.idle.pop_front()
-            } else {
-                pop_most_recent_local(&mut st.idle)
-            }?;
-            let idle_for = now.saturating_duration_since(conn.last_used);
-            if !self.close_needed(conn.id, conn.generation, settings)
-                && rules::reusable_on_release(
-                    now.saturating_duration_since(conn.created),
-                    &settings.timeouts,
-                )
-                && conn.stream.is_quiet(idle_for >= ASK_KERNEL_AFTER_IDLE)
-            {
-                return Some((conn, idle_for));
-            }
-        }
-    }
-
-    /// Return a server. `reusable` = the caller knows it is clean (idle, nothing pending).
-    pub fn release(self: &Arc<Self>, server: PooledServer, reusable: bool) {
-        self.release_at(server, reusable, Instant::now(), &self.settings());
-    }
-
-    /// `release` with the caller's clock reading (the session's, taken at the server's last
-    /// reply) and settings snapshot: no clock read or settings load of its own on the hot path.
-    pub fn release_at(
-        self: &Arc<Self>,
-        mut server: PooledServer,
-        reusable: bool,
-        now: Instant,
-        settings: &PoolSettings,
-    ) {
-        let Some(mut conn) = server.conn.take() else {
-            return;
-        };
-        conn.last_used = now;
-        let keep = reusable
-            && conn.is_clean()
-            && !self.close_needed(conn.id, conn.generation, settings)
-            && rules::reusable_on_release(now - conn.created, &settings.timeouts)
-            && !self.over_limits(settings);
-        let mut st = self.state.lock();
-        st.active = st.active.saturating_sub(1);
-        // A paused pool gives its servers up (PAUSE returns once none is left in use).
-        if !keep || st.removed || st.paused {
-            drop(st);
-            drop(conn);
-            self.kick();
-            return;
-        }
-        if !st.paused {
-            loop {
-                let next = pick_waiter(&st.waiters, conn.home, now);
-                let Some(w) = st.waiters.remove(next) else {
-                    break;
-                };
-                self.note_hand_to(&w, conn.home);
-                st.active += 1;
-                conn.set_book_state(ServerState::Active, now);
-                match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
-                    Ok(()) => return,
-                    Err(back) => {
-                        st.active -= 1;
-                        conn = match back {
-                            Ok(mut s) => match s.conn.take() {
-                                Some(c) => c,
-                                None => return,
-                            },
-                            Err(_) => return,
-                        };
-                    }
-                }
-            }
-        }
-        conn.set_book_state(ServerState::Idle, now);
-        st.idle.push_back(conn);
-    }
-
-    /// A handed-out server was dropped without release: it is closed.
-    fn forget(self: &Arc<Self>) {
-        {
-            let mut st = self.state.lock();
-            st.active = st.active.saturating_sub(1);
-        }
-        self.kick();
-    }
-
-    /// Re-evaluate growth (after a close, a config change, a retry window ending).
-    pub fn kick(self: &Arc<Self>) {
-        let settings = self.settings();
-        let slots = {
-            let mut st = self.state.lock();
-            self.serve_waiters_locked(&mut st, &settings);
-            self.plan_locked(&mut st, &settings)
-        };
-        self.spawn_connects(slots, &settings);
-    }
-
-    /// Hand idle servers to queued clients (after RESUME, or when a server went idle unseen).
-    fn serve_waiters_locked(self: &Arc<Self>, st: &mut PoolState, settings: &PoolSettings) {
-        while !st.paused && !st.waiters.is_empty() {
-            let now = Instant::now();
-            let Some((mut conn, _)) = self.take_idle(st, settings, now) else {
-                return;
-            };
-            loop {
-                let next = pick_waiter(&st.waiters, conn.home, now);
-                let Some(w) = st.waiters.remove(next) else {
-                    st.idle.push_back(conn);
-                    return;
-                };
-                self.note_hand_to(&w, conn.home);
-                st.active += 1;
-                conn.set_book_state(ServerState::Active, now);
-                match w.tx.send(Ok(PooledServer::new(conn, self.clone()))) {
-                    Ok(()) => break,
-                    Err(back) => {
-                        st.active -= 1;
-                        match back.ok().and_then(|mut s| s.conn.take()) {
-                            Some(c) => conn = c,
-                            None => return,
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Janitor work: close idle servers past server_idle_timeout / server_lifetime, and grow for
-    /// waiters and min_pool_size (this is also how a failed login is retried after server_login_retry).
+    /// Janitor work: fail waiters past query_wait_timeout, close idle servers past
+    /// server_idle_timeout / server_lifetime, and grow for waiters and min_pool_size (this is also
+    /// how a failed login is retried after server_login_retry).
     pub fn maintain(self: &Arc<Self>) {
         let settings = self.settings();
-        let closing: Vec<Box<ServerConn>> = {
-            let mut st = self.state.lock();
-            Self::expire_waiters(&mut st, settings.query_wait_timeout, Instant::now());
-            let mut total = self.servers.current();
-            let mut keep = VecDeque::with_capacity(st.idle.len());
-            let mut closing = Vec::new();
-            for conn in st.idle.drain(..) {
+        let now = Instant::now();
+        let mut total = self.servers.current();
+        let mut closing: Vec<Box<ServerConn>> = Vec::new();
+        let mut expired: Vec<Waiter> = Vec::new();
+        for shard in self.shards.iter() {
+            let mut l = shard.lock();
+            if let Some(limit) = settings.query_wait_timeout {
+                // Oldest first: each shard's line is ordered by `since`.
+                while l
+                    .waiters
+                    .front()
+                    .is_some_and(|w| now.saturating_duration_since(w.since) >= limit)
+                {
+                    expired.extend(l.waiters.pop_front());
+                }
+            }
+            let mut i = 0;
+            while i < l.idle.len() {
+                let conn = &l.idle[i];
                 let close = self.close_needed(conn.id, conn.generation, &settings)
                     || rules::close_idle(
                         conn.last_used.elapsed(),
@@ -711,14 +421,18 @@ impl Pool {
                     );
                 if close {
                     total = total.saturating_sub(1);
-                    closing.push(conn);
+                    closing.extend(l.idle.remove(i));
                 } else {
-                    keep.push_back(conn);
+                    i += 1;
                 }
             }
-            st.idle = keep;
-            closing
-        };
+            shard.publish(&l, self.born);
+        }
+        // (PgBouncer fails queued clients in its maintenance pass too: query_wait_timeout is as
+        // precise as the janitor's period, and no timer is armed per wait.)
+        for w in expired {
+            let _ = w.tx.send(Err(PoolError::WaitTimeout));
+        }
         for c in &closing {
             tracing::debug!("S-{}: {} closing idle server", c.id, self.key);
         }
@@ -729,14 +443,23 @@ impl Pool {
 
     /// Close one idle server to make room for another pool under a shared limit. True if one closed.
     pub fn evict_one_idle(&self) -> bool {
-        let conn = self.state.lock().idle.pop_front();
-        conn.is_some()
+        for shard in self.shards.iter() {
+            let mut l = shard.lock();
+            if let Some(conn) = l.idle.pop_front() {
+                shard.publish(&l, self.born);
+                drop(l);
+                drop(conn);
+                return true;
+            }
+        }
+        false
     }
 
     /// Clients are queued and the pool cannot grow because a database/user-wide limit is reached.
     pub fn starved_by_shared_limit(&self) -> bool {
+        let waiting = self.shards.iter().any(|s| s.waiting_hint() > 0);
         let st = self.state.lock();
-        !st.waiters.is_empty() && st.limit_blocked && st.connecting == 0
+        waiting && st.limit_blocked && st.connecting == 0
     }
 }
 

@@ -1,28 +1,19 @@
-//! A server checked out of a pool: derefs to the connection; release goes through the pool, a drop
-//! closes it.
+//! A server checked out of a pool: derefs to the connection; release goes through the pool
+//! (`Pool::release`), a drop closes it (`Pool::discard` also looks at growth again).
 
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
 
-use super::Pool;
 use crate::server::ServerConn;
 
-/// A server checked out of a pool. Dropping it without `Pool::release` closes the connection.
+/// A server checked out of a pool. Dropping it without `Pool::release` closes the connection; it
+/// holds no reference to its pool, so a hand-out writes no shared reference count.
 pub struct PooledServer {
     pub(super) conn: Option<Box<ServerConn>>,
-    pool: Arc<Pool>,
 }
 
 impl PooledServer {
-    pub(super) fn new(conn: Box<ServerConn>, pool: Arc<Pool>) -> Self {
-        PooledServer {
-            conn: Some(conn),
-            pool,
-        }
-    }
-
-    pub fn pool(&self) -> &Arc<Pool> {
-        &self.pool
+    pub(super) fn new(conn: Box<ServerConn>) -> Self {
+        PooledServer { conn: Some(conn) }
     }
 }
 
@@ -40,14 +31,5 @@ impl DerefMut for PooledServer {
         self.conn
             .as_deref_mut()
             .expect("PooledServer used after release")
-    }
-}
-
-impl Drop for PooledServer {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            drop(conn);
-            self.pool.forget();
-        }
     }
 }

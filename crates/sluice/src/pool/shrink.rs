@@ -19,20 +19,25 @@ impl Pool {
     /// Close idle servers while a lowered limit is exceeded (reload, SET, janitor).
     pub(super) fn trim_surplus(&self, settings: &PoolSettings) {
         let mut closing = Vec::new();
-        {
-            let mut st = self.state.lock();
-            // Each close lowers the counters only when the connection drops, so count ahead.
-            let cap = rules::keep_cap(&settings.limits);
-            let (mut pool, mut db, mut user) = (
-                self.servers.current(),
-                self.db_servers.current(),
-                self.user_servers.current(),
-            );
-            while cap.is_some_and(|c| pool > c)
+        // Each close lowers the counters only when the connection drops, so count ahead.
+        let cap = rules::keep_cap(&settings.limits);
+        let (mut pool, mut db, mut user) = (
+            self.servers.current(),
+            self.db_servers.current(),
+            self.user_servers.current(),
+        );
+        let over = |pool: usize, db: usize, user: usize| {
+            cap.is_some_and(|c| pool > c)
                 || rules::over_limit(db, settings.max_db_connections)
                 || rules::over_limit(user, settings.max_user_connections)
-            {
-                let Some(conn) = st.idle.pop_front() else {
+        };
+        for shard in self.shards.iter() {
+            if !over(pool, db, user) {
+                break;
+            }
+            let mut l = shard.lock();
+            while over(pool, db, user) {
+                let Some(conn) = l.idle.pop_front() else {
                     break;
                 };
                 closing.push(conn);
@@ -40,6 +45,7 @@ impl Pool {
                 db = db.saturating_sub(1);
                 user = user.saturating_sub(1);
             }
+            shard.publish(&l, self.born);
         }
         for c in &closing {
             tracing::info!(

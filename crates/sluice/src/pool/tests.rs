@@ -10,7 +10,6 @@ use sluice_config::PoolMode;
 use sluice_protocol::{ErrorFields, ScramKeys};
 use tokio::net::UnixStream;
 
-use super::affinity::{LOCAL_SCAN, LOCAL_WAITER_SCAN, LOCAL_WAITER_SKEW};
 use super::connector::{ConnectFuture, Connector};
 use super::counter::ConnCounter;
 use super::rules::{PoolLimits, ServerTimeouts};
@@ -20,6 +19,7 @@ use crate::net::socket::TcpTuning;
 use crate::net::Stream;
 use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
+use crate::workers::cross::CrossEvent;
 
 /// Opens "servers" after `delay`; fails with a login error while `fail` is set.
 #[derive(Default)]
@@ -390,70 +390,188 @@ async fn a_long_idle_server_is_checked_with_the_kernel() {
     assert_ne!(b.id, old);
 }
 
-/// An idle server whose socket belongs to worker `home` (the test thread is worker 0).
-fn idle_conn(home: u16) -> Box<ServerConn> {
-    let (a, _b) = UnixStream::pair().unwrap();
-    let mut c = Box::new(ServerConn::new(
-        Stream::Unix(a),
-        ServerAddr::Unix {
-            path: "/fake".into(),
-        },
-    ));
-    c.home = home;
-    c
-}
-
-#[tokio::test]
-async fn hand_out_prefers_the_most_recent_server_of_the_calling_worker() {
-    let list = [idle_conn(0), idle_conn(1), idle_conn(0), idle_conn(1)];
-    let ids: Vec<u64> = list.iter().map(|c| c.id).collect();
-    let mut idle: VecDeque<_> = list.into();
-    // The local ones, most recent first, then the rest LIFO.
-    let order: Vec<u64> = std::iter::from_fn(|| pop_most_recent_local(&mut idle))
-        .map(|c| c.id)
-        .collect();
-    assert_eq!(order, vec![ids[2], ids[0], ids[3], ids[1]]);
-
-    // A local server deeper than LOCAL_SCAN is not searched for: plain LIFO.
-    let mut idle: VecDeque<_> = std::iter::once(idle_conn(0))
-        .chain((0..LOCAL_SCAN).map(|_| idle_conn(1)))
-        .collect();
-    let newest = idle.back().unwrap().id;
-    assert_eq!(pop_most_recent_local(&mut idle).unwrap().id, newest);
-}
-
-#[test]
-fn a_released_server_stays_with_its_workers_oldest_waiter_unless_another_waited_clearly_longer() {
-    let t0 = tokio::time::Instant::now();
-    let waiter = |worker: u16, after_us: u64| Waiter {
-        since: t0 + Duration::from_micros(after_us),
-        worker,
-        tx: tokio::sync::oneshot::channel().0,
+fn two_worker_pool(pool_size: u32, f: &Arc<FakeConnector>) -> Arc<Pool> {
+    let key = PoolKey {
+        database: "db".into(),
+        user: "u".into(),
     };
-    let at = |us: u64| t0 + Duration::from_micros(us);
-    let skew = LOCAL_WAITER_SKEW.as_micros() as u64;
-    let waiters: VecDeque<Waiter> = [waiter(1, 0), waiter(1, 100), waiter(0, 500)].into();
-    // Worker 1's server: the first in line is its own.
-    assert_eq!(pick_waiter(&waiters, 1, at(1_000)), 0);
-    // Worker 0's server: its waiter joined 0.5 ms after the first: it stays local.
-    assert_eq!(pick_waiter(&waiters, 0, at(1_000)), 2);
-    // No waiter of worker 2: the first in line.
-    assert_eq!(pick_waiter(&waiters, 2, at(1_000)), 0);
-    // Long waits: 10 ms of difference on 40 ms is jitter (within half the local wait + skew)...
-    let waiters: VecDeque<Waiter> = [waiter(1, 0), waiter(0, 10_000)].into();
-    assert_eq!(pick_waiter(&waiters, 0, at(50_000)), 1);
-    // ...but on 2 ms of local wait it is an imbalance: the server is lent to the first in line.
-    assert_eq!(pick_waiter(&waiters, 0, at(12_000)), 0);
-    // Short waits: the absolute skew decides.
-    let waiters: VecDeque<Waiter> = [waiter(1, 0), waiter(0, skew + 1)].into();
-    assert_eq!(pick_waiter(&waiters, 0, at(skew + 1)), 0);
-    assert_eq!(pick_waiter(&VecDeque::new(), 0, at(0)), 0);
-    // A local waiter deeper than the scan is not searched for.
-    let deep: VecDeque<Waiter> = (0..LOCAL_WAITER_SCAN as u64)
-        .map(|i| waiter(1, i))
-        .chain(std::iter::once(waiter(0, LOCAL_WAITER_SCAN as u64)))
-        .collect();
-    assert_eq!(pick_waiter(&deep, 0, at(1_000)), 0);
+    let p = Pool::new(
+        key,
+        settings(pool_size, 0),
+        ConnCounter::new(),
+        ConnCounter::new(),
+        Arc::new(f.clone()),
+        2,
+    );
+    p.client_joined();
+    p
+}
+
+/// A checkout on worker `w` (the test thread plays each worker in turn).
+async fn checkout_on(pool: &Arc<Pool>, w: u16) -> PooledServer {
+    crate::workers::set_current_for_test(w);
+    pool.checkout().await.unwrap()
+}
+
+/// A client of worker `w` joins the line; its task ends with the server it gets.
+async fn waiter_on(pool: &Arc<Pool>, w: u16) -> tokio::task::JoinHandle<PooledServer> {
+    let p = pool.clone();
+    let h = tokio::spawn(async move {
+        crate::workers::set_current_for_test(w);
+        p.checkout().await.unwrap()
+    });
+    tokio::task::yield_now().await;
+    h
+}
+
+fn release_on(pool: &Arc<Pool>, w: u16, s: PooledServer) {
+    crate::workers::set_current_for_test(w);
+    pool.release(s, true);
+}
+
+/// Each worker's released server goes to its own waiter, though the other worker's waited as long
+/// (nothing crosses); with no waiter of its own, a worker lends it to the other's.
+#[tokio::test(start_paused = true)]
+async fn a_released_server_goes_to_its_own_workers_waiter_else_is_lent() {
+    let f = fake(0);
+    let pool = two_worker_pool(2, &f);
+    let a = checkout_on(&pool, 0).await;
+    let b = checkout_on(&pool, 1).await;
+    let (a_id, b_id) = (a.id, b.id);
+    let w0 = waiter_on(&pool, 0).await;
+    let w1 = waiter_on(&pool, 1).await;
+    assert_eq!(pool.counts().waiting, 2);
+    // Worker 1's release first: worker 0's waiter is older, but not clearly.
+    release_on(&pool, 1, b);
+    let b = w1.await.unwrap();
+    assert_eq!(b.id, b_id);
+    release_on(&pool, 0, a);
+    let a = w0.await.unwrap();
+    assert_eq!(a.id, a_id);
+    assert_eq!(pool.cross.get(CrossEvent::ServerHandoff), 0);
+
+    // Lending: worker 1 releases while only worker 0 has a waiter.
+    let w0 = waiter_on(&pool, 0).await;
+    release_on(&pool, 1, b);
+    assert_eq!(
+        w0.await.unwrap().id,
+        b_id,
+        "not lent to the other worker's waiter"
+    );
+    assert_eq!(pool.cross.get(CrossEvent::ServerHandoff), 1);
+    drop(a);
+    assert_eq!(f.opened.load(Ordering::SeqCst), 2);
+}
+
+/// A worker with nothing idle takes another worker's idle server rather than opening one.
+#[tokio::test(start_paused = true)]
+async fn a_worker_without_idle_servers_takes_another_workers() {
+    let f = fake(0);
+    let pool = two_worker_pool(5, &f);
+    let s = checkout_on(&pool, 1).await;
+    let id = s.id;
+    release_on(&pool, 1, s);
+    let s = checkout_on(&pool, 0).await;
+    assert_eq!(s.id, id);
+    assert_eq!(f.opened.load(Ordering::SeqCst), 1);
+    assert_eq!(s.home, 0, "the server moved to the taking worker");
+    assert_eq!(pool.cross.get(CrossEvent::ServerHandoff), 1);
+}
+
+/// A worker whose clients all wait locally still lends to another worker's waiter that has waited
+/// clearly longer, within `FAIRNESS_EVERY` releases: no worker's clients starve.
+#[tokio::test(start_paused = true)]
+async fn a_long_waiting_worker_is_lent_a_server_within_a_few_releases() {
+    let f = fake(0);
+    let pool = two_worker_pool(1, &f);
+    let mut s = checkout_on(&pool, 1).await;
+    let starving = waiter_on(&pool, 0).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut served_locally = 0;
+    loop {
+        // A fresh local waiter each time: worker 1 always has one of its own.
+        let local = waiter_on(&pool, 1).await;
+        release_on(&pool, 1, s);
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        if starving.is_finished() {
+            starving.await.unwrap();
+            break;
+        }
+        served_locally += 1;
+        assert!(
+            served_locally <= super::affinity::FAIRNESS_EVERY,
+            "worker 0's waiter still waits"
+        );
+        s = local.await.unwrap();
+    }
+    assert!(
+        served_locally > 0,
+        "lent at once: the local waiters were not preferred"
+    );
+}
+
+/// Four threads, each a worker with its own runtime, check servers out of a pool of 2 and back
+/// as fast as they can: none hangs (no waiter is left beside an idle server), the limit holds.
+#[test]
+fn workers_hammering_one_small_pool_never_strand_a_waiter() {
+    let f = fake(0);
+    let pool = {
+        let key = PoolKey {
+            database: "db".into(),
+            user: "u".into(),
+        };
+        let p = Pool::new(
+            key,
+            settings(2, 0),
+            ConnCounter::new(),
+            ConnCounter::new(),
+            Arc::new(f.clone()),
+            4,
+        );
+        p.client_joined();
+        p
+    };
+    let done = Arc::new(AtomicUsize::new(0));
+    std::thread::scope(|scope| {
+        for w in 0..4u16 {
+            let (pool, done) = (pool.clone(), done.clone());
+            scope.spawn(move || {
+                crate::workers::set_current_for_test(w);
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let mut clients = Vec::new();
+                    for _ in 0..3 {
+                        let (pool, done) = (pool.clone(), done.clone());
+                        clients.push(tokio::spawn(async move {
+                            for _ in 0..300 {
+                                let s =
+                                    tokio::time::timeout(Duration::from_secs(10), pool.checkout())
+                                        .await
+                                        .expect("a checkout hung")
+                                        .unwrap();
+                                assert!(pool.counts().total <= 2);
+                                tokio::task::yield_now().await;
+                                pool.release(s, true);
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }));
+                    }
+                    for c in clients {
+                        c.await.unwrap();
+                    }
+                });
+            });
+        }
+    });
+    assert_eq!(done.load(Ordering::Relaxed), 4 * 3 * 300);
+    assert_eq!(f.opened.load(Ordering::SeqCst), 2);
+    let c = pool.counts();
+    assert_eq!((c.waiting, c.active, c.idle + c.used), (0, 0, 2), "{c:?}");
 }
 
 #[tokio::test(start_paused = true)]

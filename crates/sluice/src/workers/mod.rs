@@ -40,6 +40,12 @@ pub fn current() -> u16 {
     WORKER_ID.with(|w| w.get())
 }
 
+/// Pretend the calling thread is worker `id` (pool tests of per-worker shards).
+#[cfg(test)]
+pub fn set_current_for_test(id: u16) {
+    WORKER_ID.with(|w| w.set(id));
+}
+
 /// One worker as the others see it.
 #[derive(Default)]
 pub struct WorkerSlot {
