@@ -303,21 +303,19 @@ impl Pool {
     /// are kept).
     #[allow(clippy::vec_box)]
     fn drain_idle(&self) -> Vec<Box<ServerConn>> {
-        let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let mut l = shard.lock();
-            out.extend(l.idle.drain(..));
-            shard.publish(&l, self.born);
-        }
-        out
+        self.drain_each(|l| l.idle.drain(..).collect())
     }
 
     /// Take every shard's waiters.
     fn drain_waiters(&self) -> Vec<Waiter> {
+        self.drain_each(|l| l.waiters.drain(..).collect())
+    }
+
+    fn drain_each<T>(&self, take: impl Fn(&mut shard::Lists) -> Vec<T>) -> Vec<T> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let mut l = shard.lock();
-            out.extend(l.waiters.drain(..));
+            out.extend(take(&mut l));
             shard.publish(&l, self.born);
         }
         out
