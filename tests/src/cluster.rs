@@ -230,6 +230,20 @@ impl PgCluster {
         s
     }
 
+    /// Stop PostgreSQL with a fast shutdown (clients disconnected, a clean checkpoint) and start
+    /// it again on the same port, waiting until it accepts connections. Only for a test process
+    /// whose other tests do not run meanwhile (the fault suite's restart file).
+    pub fn restart_fast(&self) {
+        let mut pg_ctl = pg_command(&self.bin_dir.join("pg_ctl"));
+        pg_ctl
+            .arg("-D")
+            .arg(&self.data_dir)
+            .arg("-l")
+            .arg(self.data_dir.join("postgres.log"))
+            .args(["-w", "-t", "60", "-m", "fast", "restart"]);
+        run_checked(pg_ctl, "pg_ctl restart");
+    }
+
     /// Run SQL as superuser over the unix socket (psql -X -A -t -c); stdout trimmed. Panics on failure.
     pub fn psql(&self, db: &str, sql: &str) -> String {
         let mut c = self.psql_base(db);

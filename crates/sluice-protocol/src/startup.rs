@@ -105,7 +105,10 @@ pub fn decode_startup(buf: &[u8]) -> Result<Option<(StartupPacket<'_>, usize)>, 
 
 /// The length of the startup-phase packet at the start of `buf` once all of it is there (`Ok(None)`
 /// before), checked as `decode_startup` checks it: a caller can split the packet off its buffer and
-/// decode it from there, its parameters borrowing the split-off bytes.
+/// decode it from there, its parameters borrowing the split-off bytes. A packet is refused as soon
+/// as what has arrived can no longer start a valid one: its length word at 4 bytes, its code (and
+/// the length that code implies) at 8, so a client that sends a bad header and waits is answered
+/// at once rather than when its login times out.
 pub fn startup_len(buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
     let Some(&[a, b, c, d]) = buf.get(..4) else {
         return Ok(None);
@@ -119,6 +122,24 @@ pub fn startup_len(buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
             len,
             max: MAX_STARTUP_LEN,
         });
+    }
+    if let Some(&[a, b, c, d]) = buf.get(4..8) {
+        match u32::from_be_bytes([a, b, c, d]) {
+            SSL_REQUEST_CODE | GSSENC_REQUEST_CODE if len != REQUEST_LEN => {
+                return Err(ProtocolError::malformed("encryption request"));
+            }
+            CANCEL_REQUEST_CODE if len != CANCEL_LEN => {
+                return Err(ProtocolError::malformed("cancel request"));
+            }
+            SSL_REQUEST_CODE | GSSENC_REQUEST_CODE | CANCEL_REQUEST_CODE => {}
+            code if code >> 16 != 3 => {
+                return Err(ProtocolError::UnsupportedVersion {
+                    major: (code >> 16) as u16,
+                    minor: (code & 0xffff) as u16,
+                });
+            }
+            _ => {}
+        }
     }
     Ok((buf.len() >= len).then_some(len))
 }
@@ -366,5 +387,25 @@ mod tests {
             }
             let _ = decode_startup(&b);
         }
+    }
+
+    #[test]
+    fn a_bad_header_is_refused_before_the_rest_arrives() {
+        let head = |len: u32, code: u32| {
+            let mut b = len.to_be_bytes().to_vec();
+            b.extend_from_slice(&code.to_be_bytes());
+            b
+        };
+        // 40 bytes announced, 8 there: protocol 4.0 cannot become valid.
+        assert!(matches!(
+            startup_len(&head(40, 4 << 16)),
+            Err(ProtocolError::UnsupportedVersion { major: 4, minor: 0 })
+        ));
+        assert!(startup_len(&head(40, CANCEL_REQUEST_CODE)).is_err());
+        assert!(startup_len(&head(12, SSL_REQUEST_CODE)).is_err());
+        // Valid so far: wait for the rest.
+        assert_eq!(startup_len(&head(40, 3 << 16)).unwrap(), None);
+        assert_eq!(startup_len(&head(16, CANCEL_REQUEST_CODE)).unwrap(), None);
+        assert_eq!(startup_len(&head(8, SSL_REQUEST_CODE)).unwrap(), Some(8));
     }
 }
