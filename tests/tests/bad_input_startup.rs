@@ -153,8 +153,18 @@ async fn wrong_protocol_versions_are_refused() {
             f[&b'M'].contains("protocol") || f[&b'M'].contains("version"),
             "{major}.{minor}: {f:?}"
         );
+        // Only the first 8 bytes of it, and the client waits: refused at once (the version
+        // cannot become valid), not at client_login_timeout.
+        let t0 = std::time::Instant::now();
+        let f = bad_startup(&s, &bytes[..8], "08P01").await;
+        assert!(f[&b'M'].contains("version"), "{major}.{minor}: {f:?}");
+        assert!(t0.elapsed() < PROMPT, "{:?}", t0.elapsed());
         assert_works(&s).await;
     }
+    // A cancel request announcing the wrong length, likewise.
+    let mut cancel = 80_877_102u32.to_be_bytes().to_vec();
+    cancel.extend_from_slice(&[0; 4]);
+    bad_startup(&s, &packet_with_len(40, &cancel), "08P01").await;
 }
 
 #[tokio::test]
