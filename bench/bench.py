@@ -57,7 +57,7 @@ FLOORS = ("floor_epoll", "floor_uring")
 POOLERS = TARGETS[1:]
 
 def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=False, apps=None, tls=False,
-             writes=False):
+             writes=False, storm=False):
     """kind: pgbench (cpu per transaction), login (-C: one login per transaction, cpu per login),
     idle (hold idle logged-in clients, RSS per client; poolers only). w1: also run on sluice_w1 and
     sluice_spread.
@@ -65,9 +65,11 @@ def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=Fal
     apps: application_names; the clients are split over one pgbench per name, run at once.
     tls: clients connect with sslmode=require (poolers only; every other scenario runs with
     sslmode=disable). writes: the script updates pgbench's tables (TPC-B), so every run of it starts
-    from the same state (Cluster.reset_tables), not from the dead rows of the runs before it."""
+    from the same state (Cluster.reset_tables), not from the dead rows of the runs before it.
+    storm (idle kind): every login at once instead of BENCH_IDLE_BATCH at a time, and the memory
+    figure is the peak (VmHWM) per client rather than what the held clients keep."""
     return {"name": name, "args": args, "clients": clients, "user": user, "kind": kind, "w1": w1,
-            "floor": floor, "apps": apps, "tls": tls, "writes": writes}
+            "floor": floor, "apps": apps, "tls": tls, "writes": writes, "storm": storm}
 
 
 SCENARIOS = [
@@ -99,6 +101,9 @@ SCENARIOS = [
     scenario("big_rows_c4", ["-f", "{big_rows}"], 4),
     # Clients = BENCH_IDLE_CLIENTS, filled in by main().
     scenario("idle_clients", [], None, user=MD5_USER, kind="idle"),
+    # A connection storm: 4,000 clients log in at once (md5), each runs SELECT 1 and stays; the
+    # pooler's peak memory per client (the fault run compared it with PgBouncer's).
+    scenario("storm_c4000", [], 4000, user=MD5_USER, kind="idle", storm=True),
 ]
 
 
@@ -707,13 +712,17 @@ def run_idle(sc, target_name, pooler, batch):
     def on_held(alive, errors, open_s):
         rss1 = proc_status_kb(pid, "VmRSS") if pooler.alive() else None
         cpu = (proc_cpu_ticks(pid) - cpu0) / CLK_TCK * 1e6 if pooler.alive() else None
+        r["peak_rss_kb"] = proc_hwm_kb(pid) if pooler.alive() else None
         return alive, errors, open_s, rss1, cpu
 
+    if sc["storm"]:
+        batch = n
     alive, errors, open_s, rss1, cpu = asyncio.run(hold_idle(pooler.port, sc["user"], PASSWORDS[sc["user"]],
                                                              n, batch, on_held))
     r.update({"wall_s": round(time.time() - t0, 2), "open_s": round(open_s, 2), "connected": alive,
               "rss_before_kb": rss0, "rss_after_kb": rss1, "errors": dict(errors.most_common(5))})
-    r["kib_per_client"] = round((rss1 - rss0) / alive, 2) if alive and rss1 is not None else None
+    held = r["peak_rss_kb"] if sc["storm"] else rss1
+    r["kib_per_client"] = round((held - rss0) / alive, 2) if alive and held is not None else None
     if cpu is not None:
         r["cpu_s"] = round(cpu / 1e6, 3)
     r["status"] = "ok" if alive == n and pooler.alive() else "FAILED"
@@ -842,8 +851,10 @@ def main():
         sys.exit(f"unknown BENCH_SCENARIOS {unknown}; known: {','.join(sc['name'] for sc in SCENARIOS)}")
     scenarios = [dict(sc) for sc in SCENARIOS if not wanted or sc["name"] in wanted]
     for sc in scenarios:
-        if sc["kind"] == "idle":
+        if sc["kind"] == "idle" and not sc["storm"]:
             sc["clients"] = idle_n
+    # The most clients any idle-kind scenario holds at once (file descriptors, max_client_conn).
+    held_n = max([sc["clients"] for sc in scenarios if sc["kind"] == "idle"], default=idle_n)
     scenario_order = {sc["name"]: i for i, sc in enumerate(scenarios)}
     sluice_bin = os.environ.get("SLUICE_BIN", "")
     pgbouncer_bin = os.environ.get("PGBOUNCER_BIN", "/usr/sbin/pgbouncer")
@@ -852,8 +863,8 @@ def main():
     # File descriptors: this process holds the idle clients, the poolers hold them too (PgBouncer
     # gets this soft limit through `ulimit -n`, Sluice inherits it).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = idle_n + 256 if any(sc["kind"] == "idle" for sc in scenarios) else 0
-    want = max(8192, idle_n + 1024 if need else 0)
+    need = held_n + 256 if any(sc["kind"] == "idle" for sc in scenarios) else 0
+    want = max(8192, held_n + 1024 if need else 0)
     if hard != resource.RLIM_INFINITY:
         want = min(want, hard)
     if soft == resource.RLIM_INFINITY or soft >= want:
@@ -867,7 +878,7 @@ def main():
         log(why)
         skipped["idle_clients"] = why
         scenarios = [sc for sc in scenarios if sc["kind"] != "idle"]
-    max_client_conn = max(2000, idle_n + 100)
+    max_client_conn = max(2000, held_n + 100)
     pooler_nofile = int(os.environ.get("BENCH_POOLER_NOFILE", "0"))  # 0: the bench process's own
 
     base = tempfile.mkdtemp(prefix="sluice-bench-")
