@@ -92,6 +92,18 @@ impl Balancer {
                 if wall > 0.0 { waited / wall } else { 0.0 },
             );
             workers.set_active(after);
+        } else if queueing.clients_waited {
+            // Clients queue: even out their spread so that servers need not be lent across.
+            let clients: Vec<usize> = slots
+                .iter()
+                .map(|s| s.clients.load(Ordering::Relaxed))
+                .collect();
+            if let Some((from, n)) = super::packing::even_out(&clients, after) {
+                tracing::debug!(
+                    "workers: worker {from} hands {n} clients over (clients {clients:?})"
+                );
+                workers.shed_from(from, n);
+            }
         }
     }
 }

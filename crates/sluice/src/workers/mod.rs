@@ -203,6 +203,16 @@ impl Workers {
         Some(to)
     }
 
+    /// Ask worker `from` to hand `n` clients to the lightest active workers, at their next
+    /// transaction boundaries (`move_target`); a request still being served is left as it is.
+    pub fn shed_from(&self, from: usize, n: usize) {
+        if let Some(slot) = self.slots().get(from) {
+            let _ = slot
+                .shed
+                .compare_exchange(0, n, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
     /// Make `active` workers take clients: new connections are steered to them, clients of the
     /// others move at their next transaction boundary, and when workers were added, the ones
     /// already active hand them a fair share of their clients.

@@ -120,6 +120,26 @@ pub fn shed_counts(clients: &[usize], from: usize, to: usize) -> Vec<usize> {
         .collect()
 }
 
+/// While clients queue for servers, an uneven spread of clients over the active workers costs a
+/// steady flow of servers lent from the lighter workers to the heavier ones (a cross-worker
+/// hand-off each); moving the surplus clients costs one move each, once. The busiest worker and
+/// how many clients it should hand over, when its surplus over the lightest is more than
+/// `max(2, 2%)` of the clients.
+pub fn even_out(clients: &[usize], active: usize) -> Option<(usize, usize)> {
+    let active = &clients[..active.min(clients.len())];
+    if active.len() < 2 {
+        return None;
+    }
+    let total: usize = active.iter().sum();
+    let (heavy, &most) = active
+        .iter()
+        .enumerate()
+        .max_by_key(|&(w, n)| (*n, usize::MAX - w))?;
+    let least = *active.iter().min()?;
+    let gap = most - least;
+    (gap > 2usize.max(total / 50)).then_some((heavy, gap / 2))
+}
+
 /// The active worker a moving client should go to: the one with the fewest clients (ties: the
 /// lowest index), never `from` itself.
 pub fn destination(clients: &[usize], active: usize, from: usize) -> Option<usize> {
@@ -131,6 +151,19 @@ pub fn destination(clients: &[usize], active: usize, from: usize) -> Option<usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queued_clients_are_evened_out_over_the_active_workers() {
+        // 520 against 480: the heavier hands 20 over.
+        assert_eq!(even_out(&[520, 480], 2), Some((0, 20)));
+        assert_eq!(even_out(&[480, 520, 500, 0], 3), Some((1, 20)));
+        // Within 2% (or 2 clients): left alone.
+        assert_eq!(even_out(&[505, 495], 2), None);
+        assert_eq!(even_out(&[3, 1], 2), None);
+        // One active worker, or none listed: nothing to even out.
+        assert_eq!(even_out(&[900, 0], 1), None);
+        assert_eq!(even_out(&[], 2), None);
+    }
 
     #[test]
     fn an_idle_pooler_stays_on_one_worker() {
