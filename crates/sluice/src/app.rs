@@ -20,12 +20,12 @@ use crate::hba_state::HbaState;
 use crate::lifecycle::{Control, Lifecycle};
 use crate::pool::connector::Connector;
 use crate::pool::registry::PoolRegistry;
-use crate::pool::resolve;
 use crate::prepared::StatementRegistry;
 use crate::scram_cache::ScramCache;
 use crate::server::params::TrackedSet;
 use crate::stats::period::StatsBook;
 use crate::stats::PoolStats;
+use crate::targets;
 use crate::tls::TlsSetup;
 
 pub struct App {
@@ -214,7 +214,7 @@ impl App {
         let cfg = self.config();
         let server_tls = self.tls.load().server.clone();
         for pool in self.pools.all() {
-            let Some(db) = resolve::find_database(&cfg, &pool.key.database) else {
+            let Some(db) = targets::find_database(&cfg, &pool.key.database) else {
                 tracing::info!("{}: database removed from config", pool.key);
                 pool.mark_removed();
                 continue;
@@ -226,25 +226,25 @@ impl App {
             } else {
                 listed.clone()
             };
-            let target = resolve::server_target(&cfg, &db, &pool.key.user, secret);
-            let generation = if target.same_login(&old.target)
-                && old.connect.tls.fingerprint == server_tls.fingerprint
-            {
-                old.generation
-            } else {
-                tracing::info!(
-                    "{}: connection settings changed, servers will be replaced",
-                    pool.key
-                );
-                self.pools.next_generation()
-            };
-            pool.update_settings(resolve::pool_settings(
+            pool.update_settings(targets::pool_settings(
                 &cfg,
                 &db,
                 &pool.key.user,
-                target,
-                generation,
+                secret,
                 server_tls.clone(),
+                |target| {
+                    if target.same_login(&old.target)
+                        && old.connect.tls.fingerprint == server_tls.fingerprint
+                    {
+                        old.generation
+                    } else {
+                        tracing::info!(
+                            "{}: connection settings changed, servers will be replaced",
+                            pool.key
+                        );
+                        self.pools.next_generation()
+                    }
+                },
             ));
         }
     }

@@ -29,8 +29,9 @@ use tokio::io::AsyncWriteExt;
 use crate::app::App;
 use crate::error::ServerError;
 use crate::net::framed::read_message;
-use crate::pool::{resolve, Pool};
+use crate::pool::Pool;
 use crate::server::ServerConn;
+use crate::targets;
 
 /// Most cached secrets.
 const CACHE_CAPACITY: usize = 10_000;
@@ -182,7 +183,7 @@ pub async fn lookup(
 /// The pool auth queries run on: (auth database, auth_user), auth_user's secret from auth_file.
 fn auth_pool(app: &Arc<App>, scope: &AuthScope) -> Result<Arc<Pool>, AuthQueryError> {
     let cfg = app.config();
-    let mut db = resolve::find_database(&cfg, &scope.auth_db)
+    let mut db = targets::find_database(&cfg, &scope.auth_db)
         .map(std::borrow::Cow::into_owned)
         .ok_or_else(|| AuthQueryError::NoAuthDatabase(scope.auth_db.clone()))?;
     // The auth connection logs in as auth_user even where the database forces another user.
@@ -191,15 +192,13 @@ fn auth_pool(app: &Arc<App>, scope: &AuthScope) -> Result<Arc<Pool>, AuthQueryEr
     Ok(app
         .pools
         .get_or_create(&scope.auth_db, &scope.auth_user, || {
-            let secret = app.credentials.lookup(&scope.auth_user);
-            let target = resolve::server_target(&cfg, &db, &scope.auth_user, secret);
-            resolve::pool_settings(
+            targets::pool_settings(
                 &cfg,
                 &db,
                 &scope.auth_user,
-                target,
-                app.pools.current_generation(),
+                app.credentials.lookup(&scope.auth_user),
                 app.tls.load().server.clone(),
+                |_| app.pools.current_generation(),
             )
         }))
 }

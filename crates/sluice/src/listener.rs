@@ -16,7 +16,7 @@ use crate::app::App;
 use crate::lifecycle::Phase;
 use crate::net::socket::{set_defer_accept, tune_tcp};
 use crate::net::{PeerAddr, Stream};
-use crate::pool::resolve::tcp_tuning;
+use crate::targets::tcp_tuning;
 use crate::wake_gate::WakeGated;
 
 /// Why listening failed; the message names the address and the cause.

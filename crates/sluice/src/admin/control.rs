@@ -13,7 +13,8 @@ use crate::client::kill::KillReason;
 use crate::client::registry::ClientEntry;
 use crate::error::sqlstate;
 use crate::lifecycle::Phase;
-use crate::pool::{resolve, Pool};
+use crate::pool::Pool;
+use crate::targets;
 
 /// How often PAUSE / SUSPEND / WAIT_CLOSE re-check their condition.
 const POLL: Duration = Duration::from_millis(20);
@@ -29,7 +30,7 @@ fn scope(app: &App, db: Option<&str>) -> Vec<Arc<Pool>> {
 
 fn known_db(app: &App, db: &str) -> Result<(), AdminError> {
     let cfg = app.config();
-    if resolve::find_database(&cfg, db).is_some() || !scope(app, Some(db)).is_empty() {
+    if targets::find_database(&cfg, db).is_some() || !scope(app, Some(db)).is_empty() {
         Ok(())
     } else {
         Err(AdminError::new(format!("no such database: {db}")))

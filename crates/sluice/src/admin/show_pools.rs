@@ -12,7 +12,7 @@ use super::result::{null, num, text, yes_no, Col, ResultSet};
 use super::{ADMIN_DB, ADMIN_USER};
 use crate::app::App;
 use crate::client::registry::ClientState;
-use crate::pool::resolve;
+use crate::targets;
 
 /// One SHOW POOLS row.
 #[derive(Debug, Clone)]
@@ -60,7 +60,7 @@ pub fn pool_rows(app: &App) -> Vec<PoolRow> {
     }];
     for p in app.pools.all() {
         let c = p.counts();
-        let db = resolve::find_database(&cfg, &p.key.database);
+        let db = targets::find_database(&cfg, &p.key.database);
         rows.push(PoolRow {
             database: p.key.database.clone(),
             user: p.key.user.clone(),
@@ -158,7 +158,7 @@ fn database_entries(app: &App, cfg: &Config) -> Vec<DatabaseEntry> {
     names.extend(app.pools.all().iter().map(|p| p.key.database.clone()));
     names
         .iter()
-        .filter_map(|n| resolve::find_database(cfg, n).map(std::borrow::Cow::into_owned))
+        .filter_map(|n| targets::find_database(cfg, n).map(std::borrow::Cow::into_owned))
         .collect()
 }
 

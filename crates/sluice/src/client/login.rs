@@ -14,12 +14,13 @@ use crate::app::App;
 use crate::cancel::CancelHandle;
 use crate::error::{sqlstate, ClientNotice};
 use crate::forward::RelayScratch;
-use crate::pool::{resolve, Pool};
+use crate::pool::Pool;
 use crate::prepared::ClientStatements;
 use crate::server::params::ParamMap;
 use crate::server::welcome::Welcome;
 use crate::session_state::tracker::SessionTracker;
 use crate::stats::PoolStats;
+use crate::targets;
 
 /// A logged-in client's place: its pool, its expected parameters, its cancel key.
 pub struct Session {
@@ -70,7 +71,7 @@ pub async fn login(
     entry: Arc<ClientEntry>,
 ) -> Result<Session, EndReason> {
     let cfg = app.config();
-    let db = resolve::find_database(&cfg, &info.database);
+    let db = targets::find_database(&cfg, &info.database);
     // Authenticate before revealing whether the database exists.
     let req = AuthRequest {
         user: &info.user,
@@ -108,14 +109,13 @@ pub async fn login(
         None => auth.secret.as_ref(),
     };
     let pool = app.pools.get_or_create(&info.database, login_user, || {
-        let target = resolve::server_target(&cfg, &db, login_user, server_secret.cloned());
-        resolve::pool_settings(
+        targets::pool_settings(
             &cfg,
             &db,
             login_user,
-            target,
-            app.pools.current_generation(),
+            server_secret.cloned(),
             app.tls.load().server.clone(),
+            |_| app.pools.current_generation(),
         )
     });
     if auth.from_auth_query && db.user.is_none() {
@@ -209,14 +209,13 @@ fn follow_auth_query_secret(
         return;
     }
     let cfg = app.config();
-    let target = resolve::server_target(&cfg, db, &pool.key.user, secret.cloned());
-    pool.update_settings(resolve::pool_settings(
+    pool.update_settings(targets::pool_settings(
         &cfg,
         db,
         &pool.key.user,
-        target,
-        app.pools.next_generation(),
+        secret.cloned(),
         app.tls.load().server.clone(),
+        |_| app.pools.next_generation(),
     ));
 }
 

@@ -13,7 +13,6 @@ mod handout;
 pub mod janitor;
 mod pooled;
 pub mod registry;
-pub mod resolve;
 pub mod rules;
 pub mod servers;
 pub mod settings;

@@ -1,5 +1,7 @@
-//! From config to pools: which [databases] entry a client's database name means, and the effective
-//! settings of a (database, user) pool with user > database > global precedence.
+//! From config to pools (config → pool targets): which [databases] entry a client's database name
+//! means, and the one constructor of a (database, user) pool's effective settings, with user >
+//! database > global precedence; plus the listener's TCP tuning. The pool mechanism (`pool/`)
+//! only consumes `PoolSettings`.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -8,9 +10,9 @@ use std::time::Duration;
 use sluice_config::{Config, DatabaseEntry, ServerCheckQuery};
 use sluice_protocol::StoredSecret;
 
-use super::rules::{PoolLimits, ServerTimeouts};
-use super::{PoolSettings, RelayTimeouts, SessionKnobs};
 use crate::net::socket::TcpTuning;
+use crate::pool::rules::{PoolLimits, ServerTimeouts};
+use crate::pool::{PoolSettings, RelayTimeouts, SessionKnobs};
 use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::tls::ServerTls;
@@ -47,7 +49,7 @@ pub fn tcp_tuning(cfg: &Config) -> TcpTuning {
 
 /// The server login for a pool: address and database from the entry, the forced user (with its
 /// password) or the client's user with its auth_file secret.
-pub fn server_target(
+fn server_target(
     cfg: &Config,
     db: &DatabaseEntry,
     login_user: &str,
@@ -80,15 +82,20 @@ pub fn server_target(
     )
 }
 
-/// Effective settings of the pool (db, login_user).
+/// Effective settings of the pool (db, login_user): the one place pool settings are built (new
+/// pools, reloads, auth_query's pool, a changed auth_query secret). `user_secret`: the login
+/// user's secret when the entry forces none; `generation`: the servers' generation, chosen by the
+/// caller from the server login it gets to see (a changed login replaces the servers).
 pub fn pool_settings(
     cfg: &Config,
     db: &DatabaseEntry,
     login_user: &str,
-    target: ServerTarget,
-    generation: u64,
+    user_secret: Option<StoredSecret>,
     tls: Arc<ServerTls>,
+    generation: impl FnOnce(&ServerTarget) -> u64,
 ) -> PoolSettings {
+    let target = server_target(cfg, db, login_user, user_secret);
+    let generation = generation(&target);
     let g = &cfg.settings;
     let u = cfg.user(login_user);
     let pool_size = u
