@@ -32,6 +32,7 @@ pub struct SluiceBuilder {
     files: Vec<(String, String)>,
     args: Vec<String>,
     nofile_soft: Option<u64>,
+    envs: Vec<(String, String)>,
 }
 
 /// Values substituted for the `{...}` placeholders of configs and extra files.
@@ -94,6 +95,7 @@ impl Sluice {
             files: Vec::new(),
             args: Vec::new(),
             nofile_soft: None,
+            envs: Vec::new(),
         }
     }
 
@@ -209,6 +211,12 @@ impl SluiceBuilder {
         self
     }
 
+    /// An environment variable for the process (placeholders substituted), e.g. NOTIFY_SOCKET.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.envs.push((key.to_string(), value.to_string()));
+        self
+    }
+
     /// Start the binary with this soft RLIMIT_NOFILE (the hard limit is inherited), e.g. a
     /// distribution's default of 1024, to check what sluice does with it.
     pub fn nofile_soft(mut self, n: u64) -> Self {
@@ -268,6 +276,7 @@ impl SluiceBuilder {
             .arg(&config)
             .current_dir(dir.path())
             .env("RUST_BACKTRACE", "1")
+            .envs(self.envs.iter().map(|(k, v)| (k.clone(), ph.apply(v))))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)

@@ -70,6 +70,8 @@ pub struct App {
     warned_unsupported: Mutex<HashSet<String>>,
     /// The worker runtimes clients are spread over (none installed: the current runtime).
     pub workers: crate::workers::Workers,
+    /// The logfile to reopen and the service manager to notify, set by `main` (none in tests).
+    pub hooks: std::sync::OnceLock<crate::process::ProcessHooks>,
 }
 
 impl App {
@@ -113,6 +115,7 @@ impl App {
             mock_key,
             warned_unsupported: Mutex::new(HashSet::new()),
             workers: Default::default(),
+            hooks: std::sync::OnceLock::new(),
         });
         app.warn_unsupported();
         Ok(app)
@@ -142,6 +145,37 @@ impl App {
     /// Pools get new
     /// settings; databases whose login changed get their servers replaced; removed ones are closed.
     pub fn reload(&self) -> Result<(), ConfigError> {
+        self.notify("RELOADING=1");
+        // The logfile first and whatever the config says: logrotate's `kill -HUP` must move the
+        // log to a new file even when the config has an error.
+        if let Some(log) = self.hooks.get().and_then(|h| h.logfile.as_ref()) {
+            match log.reopen() {
+                Ok(()) => tracing::info!("logfile {} reopened", log.path()),
+                Err(e) => tracing::warn!("cannot reopen logfile {}: {e}", log.path()),
+            }
+        }
+        let result = self.reload_config();
+        self.notify(&format!("READY=1\n{}", self.status_line()));
+        result
+    }
+
+    /// Tell the service manager (sd_notify), when one is listening.
+    pub fn notify(&self, state: &str) {
+        if let Some(h) = self.hooks.get() {
+            h.notify.send(state);
+        }
+    }
+
+    /// sd_notify's STATUS= line: what `systemctl status` shows.
+    pub fn status_line(&self) -> String {
+        let servers: usize = self.pools.all().iter().map(|p| p.counts().total).sum();
+        format!(
+            "STATUS=clients: {}, servers: {servers}",
+            self.clients.load(Ordering::Relaxed)
+        )
+    }
+
+    fn reload_config(&self) -> Result<(), ConfigError> {
         let new = sluice_config::load(&self.config_path)?;
         // Certificates are re-read on every reload; a broken one fails the reload as a whole, so
         // the running TLS (and every established connection) is kept.

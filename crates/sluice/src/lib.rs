@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod net;
 pub mod pool;
 pub mod prepared;
+pub mod process;
 pub mod scram_cache;
 pub mod server;
 pub mod session_state;
@@ -57,6 +58,7 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
         .metrics
         .map(|l| tokio::spawn(metrics::serve(app.clone(), l)));
     app.listening.store(true, Ordering::Release);
+    app.notify(&format!("READY=1\n{}", app.status_line()));
     let janitor = tokio::spawn(janitor_loop(app.clone()));
     let stats = tokio::spawn(stats_loop(app.clone()));
     let balancer = tokio::spawn(balance_loop(app.clone()));
@@ -64,8 +66,13 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
     let mut phase = app.lifecycle.subscribe();
     let mut paused = false;
     let mut nudged = false;
+    let mut stopping = false;
     loop {
         let now = *phase.borrow_and_update();
+        if now != Phase::Running && !stopping {
+            stopping = true;
+            app.notify("STOPPING=1");
+        }
         if now.drops_idle_clients() && !nudged {
             // Idle clients look at the phase only when woken (`client::session`): wake them all.
             nudged = true;

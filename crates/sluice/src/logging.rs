@@ -137,14 +137,42 @@ impl<'a> MakeWriter<'a> for LogSink {
     }
 }
 
-/// Install the global subscriber (the one process-wide thing, owned by main). `verbose` = number of -v.
-pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<()> {
-    let file = match logfile.filter(|f| !f.is_empty()) {
-        Some(path) => Some(Arc::new(Mutex::new(
-            OpenOptions::new().create(true).append(true).open(path)?,
-        ))),
+/// The logfile as the sink writes it, to reopen after logrotate moved it away (SIGHUP, RELOAD).
+#[derive(Clone)]
+pub struct LogFile {
+    path: String,
+    file: Arc<Mutex<File>>,
+}
+
+impl LogFile {
+    fn open(path: &str) -> io::Result<File> {
+        OpenOptions::new().create(true).append(true).open(path)
+    }
+
+    /// Open the path again (a new file when the old one was moved) and write there from now on;
+    /// on error the old file is kept.
+    pub fn reopen(&self) -> io::Result<()> {
+        let f = Self::open(&self.path)?;
+        *self.file.lock() = f;
+        Ok(())
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+/// Install the global subscriber (the one process-wide thing, owned by main). `verbose` = number
+/// of -v. Returns the logfile's handle when one is written.
+pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<Option<LogFile>> {
+    let log = match logfile.filter(|f| !f.is_empty()) {
+        Some(path) => Some(LogFile {
+            path: path.to_string(),
+            file: Arc::new(Mutex::new(LogFile::open(path)?)),
+        }),
         None => None,
     };
+    let file = log.as_ref().map(|l| l.file.clone());
     let level = match verbose {
         0 => Level::INFO,
         1 => Level::DEBUG,
@@ -161,7 +189,7 @@ pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<()> 
         })
         .with_writer(sink)
         .try_init();
-    Ok(())
+    Ok(log)
 }
 
 #[cfg(test)]

@@ -81,18 +81,27 @@ fn main() -> ExitCode {
         }
     }
     let verbose = s.verbose.max(cli.verbose.into());
-    if let Err(e) = sluice::logging::init(s.logfile.as_deref(), cli.quiet || cli.daemon, verbose) {
-        eprintln!("sluice: cannot open logfile: {e}");
-        return ExitCode::from(1);
-    }
+    let logfile =
+        match sluice::logging::init(s.logfile.as_deref(), cli.quiet || cli.daemon, verbose) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("sluice: cannot open logfile: {e}");
+                return ExitCode::from(1);
+            }
+        };
     raise_fd_limit(s.max_client_conn);
     let pidfile = s.pidfile.clone().filter(|p| !p.is_empty());
     if let Some(p) = &pidfile {
-        if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
-            tracing::error!("cannot write pidfile {p}: {e}");
+        if let Err(e) = sluice::process::check_pidfile(p) {
+            tracing::error!("{e}");
             return ExitCode::from(1);
         }
     }
+    // Written once the listeners are bound, and removed at exit only by the process that wrote it:
+    // a second instance that fails to start never touches the running one's.
+    let wrote_pidfile = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let wrote = wrote_pidfile.clone();
+    let pidfile_to_write = pidfile.clone();
     let workers = sluice::app::worker_count(config.sluice.workers);
     let started = match sluice::workers::start(workers) {
         Ok(r) => r,
@@ -119,6 +128,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
+        if let Some(p) = &pidfile_to_write {
+            if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+                tracing::error!("cannot write pidfile {p}: {e}");
+                return ExitCode::from(1);
+            }
+            wrote.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Some(u) = user {
             if let Err(e) = switch_user(&u) {
                 tracing::error!("cannot switch to user {u}: {e}");
@@ -132,6 +148,10 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
+        let _ = app.hooks.set(sluice::process::ProcessHooks {
+            logfile,
+            notify: sluice::process::Notifier::from_env(),
+        });
         let packed = app.config().sluice.worker_spread_percent > 0;
         app.workers.install(worker_handles, worker_clocks, packed);
         tracing::info!(
@@ -142,7 +162,7 @@ fn main() -> ExitCode {
         sluice::run(app, listeners).await;
         ExitCode::SUCCESS
     });
-    if let Some(p) = pidfile {
+    if let Some(p) = pidfile.filter(|_| wrote_pidfile.load(std::sync::atomic::Ordering::Relaxed)) {
         let _ = std::fs::remove_file(p);
     }
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
