@@ -33,6 +33,7 @@ pub struct SluiceBuilder {
     args: Vec<String>,
     nofile_soft: Option<u64>,
     envs: Vec<(String, String)>,
+    port: Option<u16>,
 }
 
 /// Values substituted for the `{...}` placeholders of configs and extra files.
@@ -96,6 +97,7 @@ impl Sluice {
             args: Vec::new(),
             nofile_soft: None,
             envs: Vec::new(),
+            port: None,
         }
     }
 
@@ -211,6 +213,13 @@ impl SluiceBuilder {
         self
     }
 
+    /// Use this port for `{port}` instead of a free one (a second process on the same port with
+    /// so_reuseport).
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
     /// An environment variable for the process (placeholders substituted), e.g. NOTIFY_SOCKET.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.envs.push((key.to_string(), value.to_string()));
@@ -231,7 +240,7 @@ impl SluiceBuilder {
             .tempdir()
             .expect("create sluice temp dir");
         chmod_755(dir.path());
-        let port = free_port();
+        let port = self.port.unwrap_or_else(free_port);
         let ph = Placeholders {
             port,
             dir: dir.path().to_path_buf(),

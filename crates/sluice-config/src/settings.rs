@@ -64,7 +64,7 @@ declare_settings! {
         max_user_client_connections: u32 = "0", reloadable, supported, "Maximum client connections per user; 0 = no limit.";
         max_user_connections: u32 = "0", reloadable, supported, "Maximum server connections per user (all databases); 0 = no limit.";
         min_pool_size: u32 = "0", reloadable, supported, "Keep at least this many server connections per pool.";
-        peer_id: u16 = "0", reloadable, unsupported, "Id of this process in a peer group; 0 = peering off.";
+        peer_id: u16 = "0", reloadable, supported, "Id of this process in a peer group; 0 = peering off.";
         pidfile: Option<String> = "", fixed, supported, "PID file; unset = none.";
         pkt_buf: u32 = "4096", fixed, unsupported, "Per-connection I/O buffer size (bytes).";
         pool_idle_timeout: Seconds = "0", reloadable, unsupported, "Seconds after which a pool without clients or servers is freed; 0 = off.";

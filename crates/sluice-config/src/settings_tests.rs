@@ -134,6 +134,7 @@ const NON_RELOADABLE: &[&str] = &[
 const SUPPORTED: &[&str] = &[
     "max_prepared_statements",
     "logfile",
+    "peer_id",
     "pidfile",
     "listen_addr",
     "listen_port",

@@ -44,6 +44,8 @@ pub struct App {
     pub login_failures: AtomicU64,
     pub pools: PoolRegistry,
     pub cancels: Arc<CancelRegistry>,
+    /// Cancels forwarded to the other processes of a peer group (`peers.rs`).
+    pub peer_pools: crate::peers::PeerPools,
     /// Live clients (SHOW CLIENTS, KILL_CLIENT).
     pub registry: Arc<ClientRegistry>,
     /// Protocol-level prepared statements shared by all clients and servers.
@@ -101,6 +103,7 @@ impl App {
             login_failures: AtomicU64::new(0),
             pools: PoolRegistry::new(connector, stat_shards),
             cancels: Arc::new(CancelRegistry::default()),
+            peer_pools: Default::default(),
             registry: Arc::new(ClientRegistry::default()),
             statements: StatementRegistry::default(),
             lifecycle: Lifecycle::default(),

@@ -39,14 +39,18 @@ pub struct CancelRegistry {
 }
 
 impl CancelRegistry {
-    /// A new unique key for a client. The key is unregistered when the handle drops.
-    pub fn register(self: &Arc<Self>) -> CancelHandle {
+    /// A new unique key for a client, carrying `peer_id` when peering is on (`peers::stamp`).
+    /// The key is unregistered when the handle drops.
+    pub fn register(self: &Arc<Self>, peer_id: u16) -> CancelHandle {
         let slot = Arc::new(CancelSlot::default());
         let mut map = self.clients.lock();
         let key = loop {
             let mut b = [0u8; 8];
             rand::thread_rng().fill_bytes(&mut b);
             b[0] &= 0x7f; // positive "pid", as PostgreSQL clients expect
+            if peer_id > 0 {
+                crate::peers::stamp(&mut b, peer_id);
+            }
             let k = CancelKey::from_bytes(b);
             if !map.contains_key(&k) {
                 break k;
@@ -144,7 +148,7 @@ mod tests {
     #[test]
     fn register_lookup_unregister() {
         let reg = Arc::new(CancelRegistry::default());
-        let h = reg.register();
+        let h = reg.register(0);
         assert_eq!(h.key.to_bytes()[0] & 0x80, 0);
         assert_eq!(reg.lookup(&h.key), None, "not linked yet");
         let addr = Arc::new(ServerAddr::Tcp {

@@ -16,6 +16,7 @@ pub mod listener;
 pub mod logging;
 pub mod metrics;
 pub mod net;
+pub mod peers;
 pub mod pool;
 pub mod prepared;
 pub mod process;

@@ -106,7 +106,7 @@ pub async fn run(
     ] {
         encode_parameter_status(k, v, &mut client.wbuf);
     }
-    let cancel = app.cancels.register();
+    let cancel = app.cancels.register(app.config().settings.peer_id);
     encode_backend_key_data(cancel.key, &mut client.wbuf);
     encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
     if client.flush().await.is_err() {

@@ -349,9 +349,21 @@ pub const PEER_POOLS_COLUMNS: &[(&str, Col)] = &[
     ("sv_login", I),
 ];
 
-/// Sluice does not forward cancels to peers (yet), so no peer pool ever exists.
-pub fn peer_pools(_app: &Arc<App>) -> ResultSet {
-    ResultSet::new(PEER_POOLS_COLUMNS)
+/// One row per peer a cancel was forwarded to (`peers::PeerPools`).
+pub fn peer_pools(app: &Arc<App>) -> ResultSet {
+    let mut rs = ResultSet::new(PEER_POOLS_COLUMNS);
+    for (id, p) in app.peer_pools.all() {
+        let active = p.active.load(std::sync::atomic::Ordering::Relaxed);
+        let waiting = p.waiting.load(std::sync::atomic::Ordering::Relaxed);
+        rs.push(vec![
+            num(id),
+            num(active),
+            num(waiting),
+            num(active),
+            num(0),
+        ]);
+    }
+    rs
 }
 
 /// SHOW LISTS items. Sluice has no free lists (objects are allocated per connection and freed
@@ -370,7 +382,7 @@ pub fn list_items(app: &App) -> Vec<(&'static str, usize)> {
         ("users", user_names(app, &cfg).len()),
         ("peers", cfg.peers.len()),
         ("pools", pools.len() + 1),
-        ("peer_pools", 0),
+        ("peer_pools", app.peer_pools.all().len()),
         ("free_clients", 0),
         ("used_clients", clients.len()),
         ("login_clients", login),

@@ -157,7 +157,7 @@ pub async fn login(
     params.fill_tracked_from(&app.tracked, &welcome.params);
     welcome.share(&mut params);
     welcome.mark_and_greet(&app.tracked, &mut params, &mut client.wbuf);
-    let cancel = app.cancels.register();
+    let cancel = app.cancels.register(app.config().settings.peer_id);
     encode_backend_key_data(cancel.key, &mut client.wbuf);
     encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
     client.flush().await.map_err(|_| EndReason::ClientClosed)?;

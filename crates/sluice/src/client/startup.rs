@@ -13,7 +13,9 @@ use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::cancel;
 use crate::error::{sqlstate, ClientNotice};
+use crate::peers;
 use crate::server::params::ParamMap;
+use crate::server::ServerAddr;
 
 /// Longest user name and database name accepted (PgBouncer's limits).
 const MAX_USER_LEN: usize = 127;
@@ -138,7 +140,16 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
 
 /// Forward a CancelRequest; the client's connection closes once the server has closed the
 /// forwarded one (see `cancel::forward`), or at once for an unknown key.
-async fn handle_cancel(app: &Arc<App>, key: sluice_protocol::CancelKey) {
+async fn handle_cancel(app: &Arc<App>, mut key: sluice_protocol::CancelKey) {
+    let own = app.config().settings.peer_id;
+    if own > 0 {
+        let peer = peers::peer_of(&key);
+        if peer != own {
+            return forward_to_peer(app, peer, key).await;
+        }
+        // A key that came through peers has a lower TTL than the one registered.
+        key = peers::with_ttl(&key, peers::TTL_MAX);
+    }
     let Some((addr, server_key)) = app.cancels.lookup(&key) else {
         tracing::debug!("cancel request with unknown key ignored");
         return;
@@ -146,6 +157,36 @@ async fn handle_cancel(app: &Arc<App>, key: sluice_protocol::CancelKey) {
     let limit = app.config().settings.cancel_wait_timeout.as_duration();
     if let Err(e) = cancel::forward((*addr).clone(), server_key, limit).await {
         tracing::warn!("cancel request to {addr} failed: {e}");
+    }
+}
+
+/// A cancel for another process of the peer group: forwarded, key and all, with one hop less.
+async fn forward_to_peer(app: &Arc<App>, peer: u16, key: sluice_protocol::CancelKey) {
+    let ttl = peers::ttl(&key);
+    if ttl == 0 {
+        tracing::debug!("cancel request for peer {peer} dropped: forwarded too often");
+        return;
+    }
+    let cfg = app.config();
+    let Some(entry) = cfg.peer(peer) else {
+        tracing::debug!("cancel request for unknown peer {peer} ignored");
+        return;
+    };
+    let Some(addr) = ServerAddr::parse_hosts(Some(&entry.host), entry.port, "")
+        .into_iter()
+        .next()
+    else {
+        return;
+    };
+    let size = entry.pool_size.unwrap_or(cfg.settings.default_pool_size) as usize;
+    let limit = cfg.settings.cancel_wait_timeout.as_duration();
+    let pool = app.peer_pools.get(peer, size);
+    let forwarded = peers::with_ttl(&key, ttl - 1);
+    if let Err(e) = pool
+        .run(cancel::forward(addr.clone(), forwarded, limit))
+        .await
+    {
+        tracing::warn!("cancel request to peer {peer} ({addr}) failed: {e}");
     }
 }
 
