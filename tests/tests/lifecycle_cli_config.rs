@@ -132,7 +132,7 @@ async fn include_file_sets_listen_port() {
 #[tokio::test]
 async fn known_but_unimplemented_keys_are_accepted_and_logged_once() {
     let ini = Sluice::basic_ini(
-        "client_tls_sslmode = disable\nsyslog = 1\nsyslog_ident = sluice_lc_test",
+        "client_tls_sslmode = disable\ndisable_pqexec = 1\nserver_fast_close = 1",
         &db_line("app", "app"),
     );
     let s = Sluice::builder(&ini).userlist(MD5_USERLIST).start();
@@ -141,7 +141,7 @@ async fn known_but_unimplemented_keys_are_accepted_and_logged_once() {
     // Once more after a reload: still logged only once.
     assert!(reload(&s, &ini).await, "reload failed:\n{}", s.log());
     let log = s.log();
-    for key in ["syslog", "syslog_ident"] {
+    for key in ["disable_pqexec", "server_fast_close"] {
         let n = log
             .lines()
             .filter(|l| l.contains(&format!(" {key} is not supported")))

@@ -131,3 +131,77 @@ async fn systemd_is_notified_when_ready_reloading_and_stopping() {
     assert_eq!(tokio::task::block_in_place(&recv), "STOPPING=1");
     assert!(tokio::task::block_in_place(|| s.wait_exit(Duration::from_secs(10))).is_some());
 }
+
+#[tokio::test]
+async fn unix_socket_group_owns_the_socket_and_a_missing_group_is_refused() {
+    use std::os::unix::fs::MetadataExt;
+    let s = Sluice::builder(&ini("unix_socket_group = nogroup"))
+        .userlist(USERLIST)
+        .start();
+    let sock = s.socket_dir.join(format!(".s.PGSQL.{}", s.port));
+    let gid = std::fs::metadata(&sock).unwrap().gid();
+    let want = nix::unistd::Group::from_name("nogroup")
+        .unwrap()
+        .expect("Debian has group nogroup")
+        .gid
+        .as_raw();
+    assert_eq!(gid, want);
+
+    let (status, out) = Sluice::builder(&ini("unix_socket_group = no_such_group_here"))
+        .userlist(USERLIST)
+        .run_expect_exit(Duration::from_secs(10));
+    assert!(!status.success());
+    assert!(
+        out.contains("unix_socket_group no_such_group_here: no such group"),
+        "{out}"
+    );
+}
+
+/// syslog = 1 sends every line to /dev/log with the facility and ident. Only where no syslog
+/// daemon owns /dev/log (a container, CI): the test plays the daemon there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syslog_lines_carry_the_facility_and_ident() {
+    let dev_log = std::path::Path::new("/dev/log");
+    if dev_log.exists() {
+        eprintln!("SKIP: /dev/log belongs to this machine's syslog daemon");
+        return;
+    }
+    let Ok(daemon) = UnixDatagram::bind(dev_log) else {
+        eprintln!("SKIP: cannot bind /dev/log here");
+        return;
+    };
+    daemon
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let s = Sluice::builder(&ini(
+        "syslog = 1\nsyslog_facility = local1\nsyslog_ident = sluice_e2e",
+    ))
+    .userlist(USERLIST)
+    .start();
+    let pid = s.pid();
+    let lines = tokio::task::block_in_place(|| {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let Ok(n) = daemon.recv(&mut buf) else { break };
+            let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let done = line.contains("started");
+            got.push(line);
+            if done {
+                break;
+            }
+        }
+        got
+    });
+    let _ = std::fs::remove_file(dev_log);
+    // local1 = 17: LOG lines are info (6): 17 * 8 + 6 = 142.
+    let want = format!("<142>sluice_e2e[{pid}]: LOG ");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&want) && l.contains("started")),
+        "{lines:?}"
+    );
+    drop(s);
+}

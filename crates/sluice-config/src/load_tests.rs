@@ -170,12 +170,12 @@ fn unsupported_only_when_not_default() {
     .unwrap();
     assert!(cfg.unsupported.is_empty());
     let cfg = parse_str(
-        "[pgbouncer]\nsyslog = 1\nclient_tls_ecdhcurve = prime256v1\n",
+        "[pgbouncer]\ndisable_pqexec = 1\nclient_tls_ecdhcurve = prime256v1\n",
         "u.ini",
     )
     .unwrap();
     let keys: Vec<_> = cfg.unsupported.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(keys, vec!["syslog", "client_tls_ecdhcurve"]);
+    assert_eq!(keys, vec!["disable_pqexec", "client_tls_ecdhcurve"]);
 }
 
 #[test]

@@ -99,9 +99,9 @@ declare_settings! {
         stats_period: u32 = "60", reloadable, supported, "Whole seconds between statistics averages and stats log lines.";
         stats_users: Vec<String> = "", reloadable, supported, "Comma list of users allowed read-only admin console commands.";
         suspend_timeout: Seconds = "10", reloadable, supported, "Seconds to flush buffers during SUSPEND before dropping laggards.";
-        syslog: bool = "0", reloadable, unsupported, "Also log to syslog.";
-        syslog_facility: String = "daemon", reloadable, unsupported, "Syslog facility.";
-        syslog_ident: String = "pgbouncer", reloadable, unsupported, "Syslog ident.";
+        syslog: bool = "0", reloadable, supported, "Also log to syslog.";
+        syslog_facility: String = "daemon", reloadable, supported, "Syslog facility.";
+        syslog_ident: String = "pgbouncer", reloadable, supported, "Syslog ident.";
         tcp_defer_accept: bool = TCP_DEFER_ACCEPT_DEFAULT, reloadable, supported, "Set TCP_DEFER_ACCEPT (45 s) on TCP listeners: a connection is accepted once the client has sent something (or after 45 s), so silent ones take no client slot. Linux only.";
         tcp_keepalive: bool = "1", reloadable, supported, "Set SO_KEEPALIVE on TCP connections.";
         tcp_keepcnt: u32 = "0", reloadable, supported, "TCP_KEEPCNT; 0 = OS default.";
@@ -112,7 +112,7 @@ declare_settings! {
         track_extra_parameters: Vec<String> = "IntervalStyle", fixed, supported, "Comma list of extra GUC_REPORT parameters tracked per client.";
         transaction_timeout: Seconds = "0", reloadable, supported, "Seconds a transaction may stay open before its server is closed; 0 = no limit.";
         unix_socket_dir: String = "/tmp", fixed, supported, "Directory of the listening Unix socket; empty = no Unix socket.";
-        unix_socket_group: Option<String> = "", fixed, unsupported, "Group owning the Unix socket file.";
+        unix_socket_group: Option<String> = "", fixed, supported, "Group owning the Unix socket file.";
         unix_socket_mode: FileMode = "0777", fixed, supported, "Mode of the Unix socket file (octal).";
         user: Option<String> = "", fixed, supported, "Unix user to switch to after startup.";
         verbose: u32 = "0", reloadable, supported, "Log verbosity (number of -v).";

@@ -151,15 +151,29 @@ impl App {
         self.notify("RELOADING=1");
         // The logfile first and whatever the config says: logrotate's `kill -HUP` must move the
         // log to a new file even when the config has an error.
-        if let Some(log) = self.hooks.get().and_then(|h| h.logfile.as_ref()) {
+        if let Some(log) = self.hooks.get().and_then(|h| h.log.file.as_ref()) {
             match log.reopen() {
                 Ok(()) => tracing::info!("logfile {} reopened", log.path()),
                 Err(e) => tracing::warn!("cannot reopen logfile {}: {e}", log.path()),
             }
         }
         let result = self.reload_config();
+        self.apply_syslog();
         self.notify(&format!("READY=1\n{}", self.status_line()));
         result
+    }
+
+    /// Switch syslog output to what the config says (`syslog`, `syslog_facility`, `syslog_ident`).
+    pub fn apply_syslog(&self) {
+        let Some(h) = self.hooks.get() else { return };
+        let cfg = self.config();
+        let s = &cfg.settings;
+        if let Err(e) = h
+            .log
+            .set_syslog(s.syslog, &s.syslog_facility, &s.syslog_ident)
+        {
+            tracing::warn!("syslog: {e}; logging without it");
+        }
     }
 
     /// Tell the service manager (sd_notify), when one is listening.

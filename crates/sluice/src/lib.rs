@@ -26,6 +26,7 @@ pub mod session_state;
 pub mod stamp;
 pub mod stats;
 pub mod suspend;
+pub mod syslog;
 pub mod targets;
 pub mod tls;
 pub mod wake_gate;

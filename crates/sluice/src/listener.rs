@@ -30,6 +30,8 @@ pub enum BindError {
     UnixInUse(String),
     #[error("cannot listen on unix socket {path}: {source}")]
     Unix { path: String, source: io::Error },
+    #[error("unix_socket_group {group}: {reason}")]
+    Group { group: String, reason: String },
 }
 
 /// One TCP listening socket.
@@ -89,6 +91,7 @@ pub fn bind(cfg: &Config, workers: usize) -> Result<Listeners, BindError> {
             &s.unix_socket_dir,
             s.listen_port,
             s.unix_socket_mode.0,
+            s.unix_socket_group.as_deref().filter(|g| !g.is_empty()),
         )?)
     };
     // The Unix socket before the TCP ones: once the TCP port accepts, every listener is there (a
@@ -199,7 +202,12 @@ fn bind_std(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<std::
     Ok(sock.into())
 }
 
-fn bind_unix(dir: &str, port: u16, mode: u32) -> Result<(UnixListener, PathBuf), BindError> {
+fn bind_unix(
+    dir: &str,
+    port: u16,
+    mode: u32,
+    group: Option<&str>,
+) -> Result<(UnixListener, PathBuf), BindError> {
     let path = PathBuf::from(dir).join(format!(".s.PGSQL.{port}"));
     let shown = path.display().to_string();
     if path.exists() {
@@ -213,7 +221,29 @@ fn bind_unix(dir: &str, port: u16, mode: u32) -> Result<(UnixListener, PathBuf),
         source: e,
     })?;
     let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode));
+    if let Some(group) = group {
+        if let Err(reason) = chown_group(&path, group) {
+            let _ = std::fs::remove_file(&path);
+            return Err(BindError::Group {
+                group: group.to_string(),
+                reason,
+            });
+        }
+    }
     Ok((l, path))
+}
+
+/// Give the socket file to `group` (a name or a numeric gid), for unix_socket_group.
+fn chown_group(path: &std::path::Path, group: &str) -> Result<(), String> {
+    let gid = match group.parse::<u32>() {
+        Ok(n) => nix::unistd::Gid::from_raw(n),
+        Err(_) => match nix::unistd::Group::from_name(group) {
+            Ok(Some(g)) => g.gid,
+            Ok(None) => return Err("no such group".to_string()),
+            Err(e) => return Err(format!("cannot look the group up: {e}")),
+        },
+    };
+    nix::unistd::chown(path, None, Some(gid)).map_err(|e| format!("cannot chown the socket: {e}"))
 }
 
 /// While SUSPEND holds, accept nothing: new connections wait in the listen backlog, as with

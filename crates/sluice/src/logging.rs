@@ -17,6 +17,8 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::syslog::Syslog;
+
 const TS: &[FormatItem<'static>] =
     format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
 
@@ -105,22 +107,29 @@ fn write_escaped(w: &mut Writer<'_>, text: &str) -> fmt::Result {
     Ok(())
 }
 
-/// Where lines go: stderr unless quiet, plus the logfile when set.
+/// Where lines go: stderr unless quiet, plus the logfile when set, plus syslog when on.
 #[derive(Clone)]
 pub struct LogSink {
     stderr: bool,
     file: Option<Arc<Mutex<File>>>,
+    syslog: Arc<Mutex<Option<Syslog>>>,
 }
 
-pub struct SinkWriter<'a>(&'a LogSink);
+pub struct SinkWriter<'a> {
+    sink: &'a LogSink,
+    level: Level,
+}
 
 impl Write for SinkWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.0.stderr {
+        if self.sink.stderr {
             let _ = io::stderr().write_all(buf);
         }
-        if let Some(f) = &self.0.file {
+        if let Some(f) = &self.sink.file {
             let _ = f.lock().write_all(buf);
+        }
+        if let Some(s) = &*self.sink.syslog.lock() {
+            s.send(self.level, buf);
         }
         Ok(buf.len())
     }
@@ -133,7 +142,17 @@ impl Write for SinkWriter<'_> {
 impl<'a> MakeWriter<'a> for LogSink {
     type Writer = SinkWriter<'a>;
     fn make_writer(&'a self) -> Self::Writer {
-        SinkWriter(self)
+        SinkWriter {
+            sink: self,
+            level: Level::INFO,
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        SinkWriter {
+            sink: self,
+            level: *meta.level(),
+        }
     }
 }
 
@@ -162,9 +181,45 @@ impl LogFile {
     }
 }
 
+/// What can change in the log output while running: the logfile (reopened) and syslog (on, off,
+/// facility, ident: reloadable keys).
+#[derive(Clone)]
+pub struct LogHandle {
+    pub file: Option<LogFile>,
+    syslog: Arc<Mutex<Option<Syslog>>>,
+}
+
+impl LogHandle {
+    /// Apply `syslog`, `syslog_facility` and `syslog_ident`: lines go to the system's syslog
+    /// socket from now on, or no longer. On error (no syslog daemon, an unknown facility) syslog
+    /// stays off and the error is returned for the caller to log.
+    pub fn set_syslog(&self, on: bool, facility: &str, ident: &str) -> io::Result<()> {
+        let next = if on {
+            Some(Syslog::connect(
+                std::path::Path::new(crate::syslog::SYSTEM_SOCKET),
+                facility,
+                ident,
+            ))
+            .transpose()
+        } else {
+            Ok(None)
+        };
+        match next {
+            Ok(s) => {
+                *self.syslog.lock() = s;
+                Ok(())
+            }
+            Err(e) => {
+                *self.syslog.lock() = None;
+                Err(e)
+            }
+        }
+    }
+}
+
 /// Install the global subscriber (the one process-wide thing, owned by main). `verbose` = number
-/// of -v. Returns the logfile's handle when one is written.
-pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<Option<LogFile>> {
+/// of -v. Returns the handle to reopen the logfile and switch syslog.
+pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<LogHandle> {
     let log = match logfile.filter(|f| !f.is_empty()) {
         Some(path) => Some(LogFile {
             path: path.to_string(),
@@ -173,6 +228,7 @@ pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<Opti
         None => None,
     };
     let file = log.as_ref().map(|l| l.file.clone());
+    let syslog = Arc::new(Mutex::new(None));
     let level = match verbose {
         0 => Level::INFO,
         1 => Level::DEBUG,
@@ -181,6 +237,7 @@ pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<Opti
     let sink = LogSink {
         stderr: !quiet,
         file,
+        syslog: syslog.clone(),
     };
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)
@@ -189,7 +246,7 @@ pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<Opti
         })
         .with_writer(sink)
         .try_init();
-    Ok(log)
+    Ok(LogHandle { file: log, syslog })
 }
 
 #[cfg(test)]

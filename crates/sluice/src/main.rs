@@ -149,9 +149,10 @@ fn main() -> ExitCode {
             }
         };
         let _ = app.hooks.set(sluice::process::ProcessHooks {
-            logfile,
+            log: logfile,
             notify: sluice::process::Notifier::from_env(),
         });
+        app.apply_syslog();
         let packed = app.config().sluice.worker_spread_percent > 0;
         app.workers.install(worker_handles, worker_clocks, packed);
         tracing::info!(

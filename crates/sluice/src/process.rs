@@ -7,11 +7,11 @@
 use std::io;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 
-use crate::logging::LogFile;
+use crate::logging::LogHandle;
 
 /// What `main` hands the app once it runs.
 pub struct ProcessHooks {
-    pub logfile: Option<LogFile>,
+    pub log: LogHandle,
     pub notify: Notifier,
 }
 
