@@ -36,6 +36,8 @@ command -v curl >/dev/null || missing+=(curl)
 { command -v mvn >/dev/null && command -v javac >/dev/null; } || missing+=(maven default-jdk-headless)
 command -v go >/dev/null || missing+=(golang-go)
 { command -v node >/dev/null && command -v npm >/dev/null; } || missing+=(nodejs npm)
+# deploy/systemd/sluice.service is checked with systemd-analyze verify (tests/tests/deploy.rs).
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if command -v apt-get >/dev/null 2>&1; then

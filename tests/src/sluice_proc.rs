@@ -63,7 +63,7 @@ impl Placeholders {
 }
 
 /// The sluice binary: env SLUICE_BIN, else `<test exe dir>/../sluice` (target/<profile>/sluice).
-fn sluice_bin() -> PathBuf {
+pub fn sluice_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("SLUICE_BIN") {
         return PathBuf::from(p);
     }

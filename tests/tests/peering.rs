@@ -63,6 +63,13 @@ async fn cancels_that_reach_the_wrong_process_are_forwarded_to_its_peer() {
         .port(a.port)
         .start();
     let port = a.port;
+    // B's start returned as soon as the shared port accepted, which A already does: wait for B's
+    // own socket.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !db.join(format!(".s.PGSQL.{port}")).exists() {
+        assert!(Instant::now() < deadline, "B never listened:\n{}", b.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // 100 cancels, each sent to the process the client is not on: 10 clients on each process,
     // 5 rounds.

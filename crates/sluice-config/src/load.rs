@@ -11,6 +11,9 @@ use crate::settings::{Settings, SluiceSettings, PGBOUNCER_SETTINGS};
 use crate::user::UserEntry;
 
 /// Everything pgbouncer.ini (plus includes) configures.
+/// Accepted in `[pgbouncer]` as another name of max_prepared_statements.
+const PREPARED_ALIAS: &str = "prepared_statement_cache_size";
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The main file.
@@ -30,6 +33,8 @@ pub struct Config {
     /// false`) and were set to a non-default value, as (key, "file:line") in file order; the
     /// pooler logs each once.
     pub unsupported: Vec<(String, String)>,
+    /// Lines the pooler logs once at start about how it read the file (aliases), "file:line: ...".
+    pub notes: Vec<String>,
 }
 
 impl Config {
@@ -91,6 +96,7 @@ fn assemble(items: Vec<IniItem>, path: PathBuf) -> Result<Config, ConfigError> {
         users: Vec::new(),
         peers: Vec::new(),
         unsupported: Vec::new(),
+        notes: Vec::new(),
     };
     // Last place each [pgbouncer] key was set: (order, "file:line").
     let mut set_at: HashMap<String, (usize, String)> = HashMap::new();
@@ -118,6 +124,15 @@ fn assemble(items: Vec<IniItem>, path: PathBuf) -> Result<Config, ConfigError> {
                 };
                 match current {
                     Section::PgBouncer => {
+                        // PgDog-style configs name the prepared-statement cache this way.
+                        let key = if key.eq_ignore_ascii_case(PREPARED_ALIAS) {
+                            cfg.notes.push(format!(
+                                "{file}:{line}: {PREPARED_ALIAS} is read as max_prepared_statements"
+                            ));
+                            "max_prepared_statements".to_string()
+                        } else {
+                            key
+                        };
                         cfg.settings
                             .set(&key, &value)
                             .map_err(|e| set_error(e, &file, line, &key))?;

@@ -298,3 +298,15 @@ fn arbitrary_input_never_panics() {
         }
     }
 }
+
+#[test]
+fn prepared_statement_cache_size_is_an_alias() {
+    let cfg = parse_str("[pgbouncer]\nprepared_statement_cache_size = 50\n", "a.ini").unwrap();
+    assert_eq!(cfg.settings.max_prepared_statements, 50);
+    assert_eq!(
+        cfg.notes,
+        vec![
+            "a.ini:2: prepared_statement_cache_size is read as max_prepared_statements".to_string()
+        ]
+    );
+}

@@ -121,6 +121,9 @@ impl App {
             hooks: std::sync::OnceLock::new(),
         });
         app.warn_unsupported();
+        for note in &app.config().notes {
+            tracing::info!("{note}");
+        }
         Ok(app)
     }
 

@@ -51,7 +51,8 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.version {
-        println!("Sluice {}", env!("CARGO_PKG_VERSION"));
+        // The same line as the console's SHOW VERSION.
+        println!("{}", sluice::admin::show_misc::version_string());
         return ExitCode::SUCCESS;
     }
     let Some(path) = cli.config.clone() else {

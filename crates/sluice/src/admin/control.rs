@@ -267,9 +267,14 @@ pub async fn run(
     Ok(match cmd {
         "reload" => {
             no_arg(arg, cmd)?;
-            app.reload().map_err(|e| AdminError {
-                sqlstate: sqlstate::CONFIG_ERROR,
-                message: format!("RELOAD failed: {e}"),
+            // PgBouncer's answer (F0000, the details only in the log: a config error may quote
+            // the file's contents).
+            app.reload().map_err(|e| {
+                tracing::error!("RELOAD failed, keeping the old configuration: {e}");
+                AdminError {
+                    sqlstate: sqlstate::CONFIG_ERROR,
+                    message: "RELOAD failed, see logs for additional details".to_string(),
+                }
             })?;
             "RELOAD"
         }
