@@ -510,3 +510,182 @@ async fn pgbouncer_exporter_queries_against_console() {
     assert!(!v["version"].is_empty(), "{v:?}");
     drop((a, b));
 }
+
+/// One parsed sample: family name, labels, value.
+fn parse_samples(text: &str) -> Vec<(String, std::collections::BTreeMap<String, String>, f64)> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let (name, labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        let mut map = std::collections::BTreeMap::new();
+        // Label values here hold no commas or quotes (names of databases, users, addresses).
+        for pair in labels.split(',').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap();
+            map.insert(k.to_string(), v.trim_matches('"').to_string());
+        }
+        out.push((name.to_string(), map, value.parse().unwrap()));
+    }
+    out
+}
+
+/// Every family of the prometheus-community pgbouncer_exporter (tests/data's list: name, type,
+/// labels) is on /metrics, with the figures the console shows for the same pool, and the series of
+/// a database removed by RELOAD go away with its pool.
+#[tokio::test]
+async fn every_pgbouncer_exporter_family_is_served() {
+    let (s, mport) = start();
+    // A second database, removed below.
+    let ini = std::fs::read_to_string(s.dir.path().join("pgbouncer.ini")).unwrap();
+    let pg = PgCluster::get();
+    let with_gone = ini.replace(
+        "[databases]\n",
+        &format!(
+            "[databases]\ngone = host=127.0.0.1 port={} dbname=app user=trust_user\n",
+            pg.port
+        ),
+    );
+    s.rewrite_config(&with_gone);
+    let mut con = Console::connect(s.port, "admin", "adminpw").await.unwrap();
+    con.query("RELOAD").await.unwrap();
+    let gone = s.connect("app", "apppw", "gone").await.unwrap();
+    gone.simple_query("SELECT 1").await.unwrap();
+    drop(gone);
+    // One client inside a transaction: cl_active and sv_active are 1 for `app`.
+    let app = s.connect("app", "apppw", "app").await.unwrap();
+    app.batch_execute("BEGIN; SELECT 1").await.unwrap();
+
+    let text = get(mport, "/metrics").await.1;
+    let samples = parse_samples(&text);
+    let listed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/pgbouncer_exporter_families.txt"
+    ))
+    .unwrap();
+    let mut checked = 0;
+    for line in listed
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (name, kind, want_labels) = (f[0], f[1], f[2]);
+        assert!(
+            text.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name}: no TYPE {kind} line"
+        );
+        let label_sets: Vec<String> = samples
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, l, _)| {
+                let keys: Vec<&str> = l.keys().map(String::as_str).collect();
+                if keys.is_empty() {
+                    "-".to_string()
+                } else {
+                    keys.join(",")
+                }
+            })
+            .collect();
+        assert!(!label_sets.is_empty(), "{name}: no sample");
+        assert!(
+            label_sets.iter().all(|l| l == want_labels),
+            "{name}: labels {label_sets:?}, want {want_labels}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 40, "only {checked} families listed");
+
+    // The figures are the console's.
+    let value = |name: &str, pairs: &[(&str, &str)]| -> f64 {
+        samples
+            .iter()
+            .find(|(n, l, _)| {
+                n == name
+                    && pairs
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+            })
+            .unwrap_or_else(|| panic!("no {name} {pairs:?}"))
+            .2
+    };
+    let pools = con.query("SHOW POOLS").await.unwrap();
+    let row = |col: &str| -> f64 {
+        pools
+            .find(col, |r| r[0].as_deref() == Some("app"))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let app_pool = [("database", "app"), ("user", "trust_user")];
+    assert_eq!(
+        value("pgbouncer_pools_client_active_connections", &app_pool),
+        1.0
+    );
+    assert_eq!(
+        value("pgbouncer_pools_server_active_connections", &app_pool),
+        1.0
+    );
+    assert_eq!(
+        value("pgbouncer_pools_client_active_connections", &app_pool),
+        row("cl_active")
+    );
+    assert_eq!(
+        value("pgbouncer_pools_server_idle_connections", &app_pool),
+        row("sv_idle")
+    );
+    let config = con.query("SHOW CONFIG").await.unwrap();
+    let max_client_conn: f64 = config
+        .get("max_client_conn", "value")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        value("pgbouncer_config_max_client_connections", &[]),
+        max_client_conn
+    );
+    let dbs = con.query("SHOW DATABASES").await.unwrap();
+    let pool_size: f64 = dbs.get("app", "pool_size").unwrap().parse().unwrap();
+    assert_eq!(
+        value("pgbouncer_databases_pool_size", &[("name", "app")]),
+        pool_size
+    );
+    assert_eq!(pool_size, 2.0);
+    let stats = con.query("SHOW STATS").await.unwrap();
+    let xacts: f64 = stats
+        .get("gone", "total_xact_count")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        value(
+            "pgbouncer_stats_sql_transactions_pooled_total",
+            &[("database", "gone")]
+        ),
+        xacts
+    );
+
+    // `gone` removed: its pool, and with it its series, go away.
+    s.rewrite_config(&ini);
+    con.query("RELOAD").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = get(mport, "/metrics").await.1;
+        let left = text
+            .lines()
+            .filter(|l| l.starts_with("pgbouncer_pools_") && l.contains("database=\"gone\""))
+            .count();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "series of the removed pool remain:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.batch_execute("COMMIT").await.unwrap();
+}

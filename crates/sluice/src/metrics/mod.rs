@@ -3,6 +3,7 @@
 //! `/health/live` (200 while the process serves). A minimal HTTP/1.x server: one request per
 //! connection, bounded in size and time.
 
+mod exporter;
 pub mod process;
 pub mod render;
 
@@ -40,7 +41,7 @@ pub fn is_ready(app: &App) -> bool {
 }
 
 /// The response to `GET path`: (status line, content type, body).
-pub fn respond(app: &App, path: &str) -> (&'static str, &'static str, String) {
+pub fn respond(app: &std::sync::Arc<App>, path: &str) -> (&'static str, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
     match path {
         "/metrics" => (

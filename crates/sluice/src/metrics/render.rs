@@ -14,7 +14,7 @@ use crate::stats::period::Averages;
 use crate::stats::{HistogramSnapshot, StatsSnapshot};
 
 /// Builds the exposition: each family's HELP/TYPE once, then its samples.
-struct Out {
+pub(super) struct Out {
     text: String,
 }
 
@@ -36,12 +36,12 @@ fn labels(pairs: &[(&str, &str)]) -> String {
 }
 
 impl Out {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
+    pub(super) fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.text, "# HELP {name} {help}");
         let _ = writeln!(self.text, "# TYPE {name} {kind}");
     }
 
-    fn sample(&mut self, name: &str, l: &[(&str, &str)], v: f64) {
+    pub(super) fn sample(&mut self, name: &str, l: &[(&str, &str)], v: f64) {
         let _ = writeln!(self.text, "{name}{} {v}", labels(l));
     }
 
@@ -645,8 +645,8 @@ fn histograms(out: &mut Out, app: &App) {
     }
 }
 
-/// The whole /metrics body.
-pub fn render(app: &App) -> String {
+/// The whole /metrics body: Sluice's own families, then pgbouncer_exporter's (`exporter.rs`).
+pub fn render(app: &std::sync::Arc<App>) -> String {
     let mut out = Out {
         text: String::with_capacity(16 * 1024),
     };
@@ -656,5 +656,6 @@ pub fn render(app: &App) -> String {
     databases(&mut out, app);
     lists(&mut out, app);
     histograms(&mut out, app);
+    super::exporter::render(&mut out, app);
     out.text
 }
