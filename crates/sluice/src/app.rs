@@ -55,6 +55,8 @@ pub struct App {
     pub control: Control,
     /// Averages of the last stats_period (SHOW STATS avg_*, the stats log line).
     pub stats_book: StatsBook,
+    /// The pool advisor's windows (SHOW ADVICE, /advice).
+    pub advisor: crate::advice::Advisor,
     /// The admin console's own figures (its row in SHOW STATS / SHOW POOLS).
     pub admin_stats: PoolStats,
     /// Logged-in admin console clients.
@@ -109,6 +111,7 @@ impl App {
             lifecycle: Lifecycle::default(),
             control: Control::default(),
             stats_book: StatsBook::default(),
+            advisor: Default::default(),
             admin_stats: PoolStats::default(),
             admin_clients: AtomicUsize::new(0),
             listening: AtomicBool::new(false),

@@ -2,6 +2,7 @@
 //! `run` drives one pooler instance; everything it needs is passed in (no globals).
 
 pub mod admin;
+pub mod advice;
 pub mod app;
 pub mod auth_query;
 pub mod cancel;
@@ -170,9 +171,9 @@ async fn stats_loop(app: Arc<App>) {
         let period = app.config().settings.stats_period.max(1);
         tokio::time::sleep(Duration::from_secs(period.into())).await;
         let now = admin::show_stats::totals_by_db(&app);
-        let avg = app
-            .stats_book
-            .close_period(&now, last_at.elapsed().as_secs_f64());
+        let secs = last_at.elapsed().as_secs_f64();
+        let avg = app.stats_book.close_period(&now, secs);
+        app.advisor.observe(&app, secs);
         last_at = Instant::now();
         if app.config().settings.log_stats {
             tracing::info!("{}", stats::reporter::stats_line(&avg));

@@ -168,6 +168,7 @@ pub fn show(app: &Arc<App>, what: &str) -> Result<ResultSet, AdminError> {
         "version" => show_misc::version(),
         "workers" => show_workers::workers(app),
         "cross_worker" => show_workers::cross_worker(app),
+        "advice" => show_misc::advice(app),
         other => return Err(AdminError::new(format!("bad SHOW arg: {other}"))),
     })
 }

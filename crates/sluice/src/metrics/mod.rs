@@ -49,6 +49,11 @@ pub fn respond(app: &std::sync::Arc<App>, path: &str) -> (&'static str, &'static
             "text/plain; version=0.0.4; charset=utf-8",
             render::render(app),
         ),
+        "/advice" => (
+            "200 OK",
+            "application/json",
+            crate::advice::to_json(&app.advisor.findings(app)),
+        ),
         "/health" | "/health/ready" | "/ready" => {
             if is_ready(app) {
                 ("200 OK", TEXT, "ready\n".into())

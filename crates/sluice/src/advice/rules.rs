@@ -1,0 +1,325 @@
+//! The advisor's rules: pure functions from a pool's figures over the last stats periods to
+//! findings, each naming the pool, the evidence and the pgbouncer.ini line to change.
+//!
+//! Two averages carry most of the weight, both by Little's law over a window of `secs` seconds:
+//! servers busy = Σ transaction time / secs (the servers held by transactions, on average), and
+//! clients queued = Σ wait time / secs (the clients waiting for a server, on average).
+
+/// One stats period of one pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Window {
+    pub secs: f64,
+    pub xacts: u64,
+    pub xact_time_us: u64,
+    pub wait_time_us: u64,
+    /// Servers open at the end of the period.
+    pub open: usize,
+    /// Clients logged in to the pool at the end of the period.
+    pub clients: usize,
+}
+
+impl Window {
+    /// Servers held by transactions, on average.
+    pub fn busy(&self) -> f64 {
+        per_second(self.xact_time_us, self.secs)
+    }
+
+    /// Clients waiting for a server, on average.
+    pub fn queued(&self) -> f64 {
+        per_second(self.wait_time_us, self.secs)
+    }
+}
+
+fn per_second(us: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        us as f64 / 1e6 / secs
+    } else {
+        0.0
+    }
+}
+
+/// Where a pool's size comes from: the line to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SizeFrom {
+    /// `pool_size=` of the `[databases]` entry (its name).
+    Database(String),
+    /// `pool_size=` of the `[users]` entry (its name).
+    User(String),
+    /// `default_pool_size` in `[pgbouncer]`.
+    Default,
+}
+
+impl SizeFrom {
+    /// The pgbouncer.ini line that sets the size to `n`.
+    pub fn line(&self, n: u64) -> String {
+        match self {
+            SizeFrom::Database(db) => format!("[databases] {db} = ... pool_size={n}"),
+            SizeFrom::User(u) => format!("[users] {u} = pool_size={n}"),
+            SizeFrom::Default => format!("[pgbouncer] default_pool_size = {n}"),
+        }
+    }
+}
+
+/// What the rules know of a pool besides its windows.
+#[derive(Debug, Clone)]
+pub struct PoolFacts {
+    pub database: String,
+    pub user: String,
+    pub pool_size: u32,
+    pub size_from: SizeFrom,
+    pub min_pool_size: u32,
+    /// max_db_connections of the pool's database (0 = none).
+    pub max_db_connections: u32,
+    /// Transaction or statement pooling.
+    pub pooled: bool,
+    /// server_reset_query_always with a non-empty server_reset_query.
+    pub reset_always: bool,
+    /// Clients pinned to their servers by session state now.
+    pub pinned: usize,
+}
+
+/// One piece of advice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    /// Empty for process-wide findings.
+    pub database: String,
+    pub user: String,
+    pub rule: &'static str,
+    pub evidence: String,
+    pub change: String,
+}
+
+/// Windows (of the last three) in which `cond` held.
+fn held(windows: &[Window], cond: impl Fn(&Window) -> bool) -> usize {
+    windows.iter().rev().take(3).filter(|w| cond(w)).count()
+}
+
+/// Every finding for one pool. `windows`: oldest first.
+pub fn pool_findings(f: &PoolFacts, windows: &[Window]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let finding = |rule, evidence: String, change: String| Finding {
+        database: f.database.clone(),
+        user: f.user.clone(),
+        rule,
+        evidence,
+        change,
+    };
+    let recent: Vec<&Window> = windows.iter().rev().take(3).collect();
+    let n = recent.len().max(1) as f64;
+    let avg = |g: fn(&Window) -> f64| recent.iter().map(|w| g(w)).sum::<f64>() / n;
+    let size = f.pool_size as usize;
+
+    // Too small: the pool is at its size, its servers are all busy, and clients queue.
+    let starved =
+        |w: &Window| w.open >= size && w.busy() >= 0.8 * w.open as f64 && w.queued() >= 0.5;
+    if windows.len() >= 2 && held(windows, starved) >= 2 {
+        let (busy, queued) = (avg(Window::busy), avg(Window::queued));
+        let clients = recent.first().map_or(0, |w| w.clients) as u64;
+        let mut want = ((busy + queued) * 1.1).ceil() as u64;
+        want = want.min(clients.max(f.pool_size as u64 + 1));
+        if f.max_db_connections > 0 {
+            want = want.min(f.max_db_connections as u64);
+        }
+        if want > f.pool_size as u64 {
+            out.push(finding(
+                "pool_too_small",
+                format!(
+                    "over the last {} stats periods: {busy:.1} of {} servers busy on average, \
+                     {queued:.1} clients waiting on average; servers needed = busy + waiting \
+                     = {:.1} (+10%)",
+                    recent.len(),
+                    f.pool_size,
+                    busy + queued
+                ),
+                f.size_from.line(want),
+            ));
+        }
+    }
+
+    // Too large: many servers open, few ever busy, nobody waits.
+    let idle = |w: &Window| w.open >= 4 && w.busy() < 0.25 * w.open as f64 && w.queued() < 0.05;
+    if windows.len() >= 3 && held(windows, idle) >= 3 {
+        let busy = avg(Window::busy);
+        let open = recent.first().map_or(0, |w| w.open);
+        let want = ((busy * 2.0).ceil() as u64)
+            .max(u64::from(f.min_pool_size))
+            .max(1);
+        if want < f.pool_size as u64 {
+            out.push(finding(
+                "pool_too_large",
+                format!(
+                    "over the last {} stats periods: {open} servers open, {busy:.2} busy on \
+                     average, no client waiting; every idle server is a PostgreSQL backend \
+                     holding memory (a few MB each) and a max_connections slot",
+                    recent.len()
+                ),
+                f.size_from.line(want),
+            ));
+        }
+    }
+
+    // The reserve pool serves regular load, not bursts.
+    let reserve = |w: &Window| w.open > size;
+    if windows.len() >= 2 && held(windows, reserve) >= 2 {
+        let open = recent.iter().map(|w| w.open).max().unwrap_or(0);
+        out.push(finding(
+            "reserve_pool_in_use",
+            format!(
+                "{open} servers open against pool_size {} in {} of the last {} stats periods: the \
+                 reserve pool is regular capacity",
+                f.pool_size,
+                held(windows, reserve),
+                recent.len()
+            ),
+            f.size_from.line(open as u64),
+        ));
+    }
+
+    // min_pool_size above what is ever busy.
+    if f.min_pool_size >= 2 && windows.len() >= 3 {
+        let busy = avg(Window::busy);
+        if busy * 2.0 < f64::from(f.min_pool_size) {
+            out.push(finding(
+                "min_pool_size_above_load",
+                format!(
+                    "min_pool_size {} keeps servers open while {busy:.2} are busy on average",
+                    f.min_pool_size
+                ),
+                format!("[pgbouncer] min_pool_size = {}", (busy * 2.0).ceil() as u64),
+            ));
+        }
+    }
+
+    // DISCARD ALL after every transaction.
+    if f.pooled && f.reset_always {
+        let rate = avg(|w| {
+            if w.secs > 0.0 {
+                w.xacts as f64 / w.secs
+            } else {
+                0.0
+            }
+        });
+        out.push(finding(
+            "reset_query_in_transaction_mode",
+            format!(
+                "server_reset_query runs after every transaction ({rate:.0} per second now): one \
+                 more round trip each, and it throws away the prepared plans transaction pooling \
+                 keeps"
+            ),
+            "[pgbouncer] server_reset_query_always = 0".to_string(),
+        ));
+    }
+
+    if f.pinned > 0 {
+        out.push(finding(
+            "clients_pinned",
+            format!(
+                "{} clients are pinned to their servers by session state (session-level SET, \
+                 advisory locks, LISTEN, WITH HOLD cursors, temporary tables): each holds a server \
+                 for its whole session",
+                f.pinned
+            ),
+            "(the application: keep that state inside transactions, or use a session-mode pool \
+             for these clients)"
+                .to_string(),
+        ));
+    }
+    out
+}
+
+/// Process-wide findings.
+pub fn global_findings(clients: usize, max_client_conn: u32) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if max_client_conn > 0 && clients as f64 >= 0.9 * f64::from(max_client_conn) {
+        out.push(Finding {
+            database: String::new(),
+            user: String::new(),
+            rule: "max_client_conn_near_limit",
+            evidence: format!("{clients} client connections of max_client_conn {max_client_conn}"),
+            change: format!(
+                "[pgbouncer] max_client_conn = {}",
+                u64::from(max_client_conn) * 2
+            ),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(pool_size: u32) -> PoolFacts {
+        PoolFacts {
+            database: "app".into(),
+            user: "u".into(),
+            pool_size,
+            size_from: SizeFrom::Default,
+            min_pool_size: 0,
+            max_db_connections: 0,
+            pooled: true,
+            reset_always: false,
+            pinned: 0,
+        }
+    }
+
+    fn w(busy: f64, queued: f64, open: usize, clients: usize) -> Window {
+        Window {
+            secs: 1.0,
+            xacts: 100,
+            xact_time_us: (busy * 1e6) as u64,
+            wait_time_us: (queued * 1e6) as u64,
+            open,
+            clients,
+        }
+    }
+
+    #[test]
+    fn a_saturated_pool_is_too_small_and_the_size_follows_littles_law() {
+        let f = pool_findings(
+            &facts(2),
+            &[w(1.9, 8.0, 2, 12), w(2.0, 9.0, 2, 12), w(1.95, 10.0, 2, 12)],
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].rule, "pool_too_small");
+        // (1.95 + 9) * 1.1 = 12.05 -> 13, capped by the 12 clients.
+        assert_eq!(f[0].change, "[pgbouncer] default_pool_size = 12");
+    }
+
+    #[test]
+    fn a_healthy_pool_gets_no_advice() {
+        let f = pool_findings(
+            &facts(5),
+            &[w(1.0, 0.0, 2, 2), w(1.2, 0.01, 2, 2), w(0.9, 0.0, 2, 2)],
+        );
+        assert!(f.is_empty(), "{f:?}");
+        // One window is not enough to call a pool too small.
+        assert!(pool_findings(&facts(2), &[w(2.0, 9.0, 2, 12)]).is_empty());
+    }
+
+    #[test]
+    fn idle_servers_reserve_use_and_reset_queries_are_found() {
+        let mut f = facts(10);
+        f.size_from = SizeFrom::Database("app".into());
+        let found = pool_findings(&f, &[w(0.1, 0.0, 8, 8); 3]);
+        assert_eq!(found[0].rule, "pool_too_large");
+        assert_eq!(found[0].change, "[databases] app = ... pool_size=1");
+        let found = pool_findings(&facts(2), &[w(2.0, 0.2, 4, 8); 3]);
+        assert!(found
+            .iter()
+            .any(|x| x.rule == "reserve_pool_in_use" && x.change.ends_with("= 4")));
+        let mut f = facts(5);
+        f.reset_always = true;
+        f.pinned = 3;
+        let rules: Vec<_> = pool_findings(&f, &[w(1.0, 0.0, 2, 2)])
+            .iter()
+            .map(|x| x.rule)
+            .collect();
+        assert_eq!(rules, ["reset_query_in_transaction_mode", "clients_pinned"]);
+        assert_eq!(
+            global_findings(95, 100)[0].change,
+            "[pgbouncer] max_client_conn = 200"
+        );
+        assert!(global_findings(50, 100).is_empty());
+    }
+}
