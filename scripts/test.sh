@@ -38,6 +38,8 @@ command -v go >/dev/null || missing+=(golang-go)
 { command -v node >/dev/null && command -v npm >/dev/null; } || missing+=(nodejs npm)
 # deploy/systemd/sluice.service is checked with systemd-analyze verify (tests/tests/deploy.rs).
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+# The dashboard is loaded in a real headless browser (tests/tests/dashboard.rs).
+{ command -v chromium >/dev/null || command -v chromium-browser >/dev/null; } || missing+=(chromium)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if command -v apt-get >/dev/null 2>&1; then

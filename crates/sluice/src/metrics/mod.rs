@@ -3,6 +3,7 @@
 //! `/health/live` (200 while the process serves). A minimal HTTP/1.x server: one request per
 //! connection, bounded in size and time.
 
+mod dashboard;
 mod exporter;
 pub mod process;
 pub mod render;
@@ -49,6 +50,12 @@ pub fn respond(app: &std::sync::Arc<App>, path: &str) -> (&'static str, &'static
             "text/plain; version=0.0.4; charset=utf-8",
             render::render(app),
         ),
+        "/" | "/dashboard" => (
+            "200 OK",
+            "text/html; charset=utf-8",
+            dashboard::PAGE.to_string(),
+        ),
+        "/dashboard.json" => ("200 OK", "application/json", dashboard::json(app)),
         "/advice" => (
             "200 OK",
             "application/json",

@@ -1,0 +1,150 @@
+//! The dashboard on the metrics listener (`/`), loaded in a real headless Chromium while pgbench
+//! runs: the page polls `/dashboard.json`, logs nothing to the console, and its charts hold
+//! non-zero data for the loaded pool. Writes a screenshot to target/dashboard.png. Skips where
+//! Debian's chromium package is not installed.
+
+mod bad_input_common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use sluice_e2e::{free_port, http_get, pgbench, Sluice};
+
+use bad_input_common::{DB_LINE, USERLIST};
+
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser"].iter().find_map(|c| {
+        Command::new(c)
+            .args(["--headless", "--no-sandbox", "--version"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| PathBuf::from(c))
+    })
+}
+
+/// Headless Chromium on `url` for `budget_ms` of virtual time with `extra` arguments:
+/// (stdout, stderr).
+fn headless(bin: &PathBuf, url: &str, budget_ms: u32, extra: &[&str]) -> (String, String) {
+    let out = Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1280,1100",
+            &format!("--virtual-time-budget={budget_ms}"),
+        ])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The value of `attr` on the element with id `id` in a dumped DOM.
+fn attr(dom: &str, id: &str, attr: &str) -> Option<String> {
+    let at = dom.find(&format!("id=\"{id}\""))?;
+    let tag_start = dom[..at].rfind('<')?;
+    let tag_end = at + dom[at..].find('>')?;
+    let tag = &dom[tag_start..tag_end];
+    let key = format!("{attr}=\"");
+    let v = &tag[tag.find(&key)? + key.len()..];
+    Some(v[..v.find('"')?].to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_a_loaded_pool_in_a_real_browser() {
+    let Some(bin) = chromium() else {
+        eprintln!("SKIP: chromium not installed (Debian package chromium)");
+        return;
+    };
+    let mport = free_port();
+    let ini = Sluice::basic_ini(
+        "auth_type = trust\npool_mode = transaction\ndefault_pool_size = 4\nstats_period = 1",
+        DB_LINE,
+    ) + &format!("\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{mport}\n");
+    let s = Sluice::builder(&ini).userlist(USERLIST).start();
+    let (code, page) = http_get(mport, "/").await;
+    assert_eq!(code, 200);
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "the page loads something from elsewhere"
+    );
+
+    let script = s.socket_dir.join("select.sql");
+    std::fs::write(&script, "SELECT pg_sleep(0.002);\n").unwrap();
+    let args: Vec<String> = [
+        "-n",
+        "-f",
+        script.to_str().unwrap(),
+        "-c",
+        "8",
+        "-j",
+        "2",
+        "-T",
+        "6",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &s.port.to_string(),
+        "-U",
+        "trust_user",
+        "app",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let bench = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        pgbench(&refs, "")
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+
+    let url = format!("http://127.0.0.1:{mport}/");
+    let b = bin.clone();
+    let u = url.clone();
+    let (dom, log) = tokio::task::spawn_blocking(move || headless(&b, &u, 5000, &["--dump-dom"]))
+        .await
+        .unwrap();
+    let console: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught"))
+        .collect();
+    assert!(
+        console.is_empty(),
+        "console output:\n{}",
+        console.join("\n")
+    );
+    let polls: u32 = dom
+        .find("data-polls=\"")
+        .map(|i| &dom[i + 12..])
+        .and_then(|v| v[..v.find('"')?].parse().ok())
+        .unwrap_or(0);
+    assert!(polls >= 3, "the page polled {polls} times\n{dom}");
+    for chart in ["clients", "servers", "rates", "latency"] {
+        let id = format!("pool-app_trust_user-{chart}");
+        let nonzero: u32 = attr(&dom, &id, "data-nonzero")
+            .unwrap_or_else(|| panic!("no chart {id}\n{dom}"))
+            .parse()
+            .unwrap();
+        assert!(nonzero >= 1, "chart {id} holds no data\n{dom}");
+    }
+    let status = &dom[dom.find("id=\"status\"").unwrap()..];
+    assert!(!status.starts_with("id=\"status\">unreachable"), "{status}");
+
+    // A screenshot for the docs (docs/dashboard.png is one of these).
+    let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard.png");
+    let arg = format!("--screenshot={}", shot.display());
+    tokio::task::spawn_blocking(move || headless(&bin, &url, 5000, &[&arg]))
+        .await
+        .unwrap();
+    assert!(shot.exists(), "no screenshot");
+    let (st, out, err) = bench.await.unwrap();
+    assert!(st.success(), "{out}\n{err}");
+}
