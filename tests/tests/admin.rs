@@ -701,3 +701,25 @@ async fn disable_enable_reconnect_wait_close_kill() {
         "no such database: nosuch"
     );
 }
+
+/// The console's own row in SHOW STATS is PgBouncer 1.25's: every command counts as a query and a
+/// transaction before it runs (so SHOW STATS counts itself), and no bytes or times are counted.
+#[tokio::test]
+async fn the_console_row_of_show_stats_counts_commands_only() {
+    let s = start("", 2);
+    let mut c = admin(&s).await;
+    let first = show(&mut c, "STATS").await;
+    let n1 = num(&first, "pgbouncer", "total_query_count");
+    let second = show(&mut c, "STATS").await;
+    assert_eq!(num(&second, "pgbouncer", "total_query_count"), n1 + 1);
+    assert_eq!(num(&second, "pgbouncer", "total_xact_count"), n1 + 1);
+    assert!(n1 >= 1, "the SHOW STATS that reads the row counts itself");
+    for col in [
+        "total_received",
+        "total_sent",
+        "total_xact_time",
+        "total_query_time",
+    ] {
+        assert_eq!(num(&second, "pgbouncer", col), 0, "{col}");
+    }
+}

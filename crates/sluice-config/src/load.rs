@@ -162,6 +162,23 @@ fn assemble(items: Vec<IniItem>, path: PathBuf) -> Result<Config, ConfigError> {
             }
         }
     }
+    if !cfg.settings.auth_type.is_supported() {
+        // Refused here rather than refusing every login later (the file, line and key named).
+        let (file, line) = set_at
+            .get("auth_type")
+            .and_then(|(_, loc)| loc.rsplit_once(':'))
+            .map(|(f, l)| (f.to_string(), l.parse().unwrap_or(0)))
+            .unwrap_or_default();
+        return Err(ConfigError::key(
+            &file,
+            line,
+            "auth_type",
+            format!(
+                "{} is not supported by Sluice; use hba, cert, scram-sha-256, md5, plain, trust or any",
+                cfg.settings.auth_type
+            ),
+        ));
+    }
     cfg.unsupported = unsupported(&cfg.settings, set_at);
     Ok(cfg)
 }

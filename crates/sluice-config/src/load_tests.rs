@@ -310,3 +310,21 @@ fn prepared_statement_cache_size_is_an_alias() {
         ]
     );
 }
+
+#[test]
+fn auth_types_sluice_lacks_are_refused_at_load() {
+    for t in ["pam", "ldap"] {
+        let e = parse_str(
+            &format!("[pgbouncer]\nlisten_port = 1\nauth_type = {t}\n"),
+            "p.ini",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "p.ini:3: auth_type: {t} is not supported by Sluice; use hba, cert, scram-sha-256, md5, plain, trust or any"
+            )
+        );
+    }
+}

@@ -10,7 +10,6 @@ use sluice_protocol::{
     frontend_tag, Severity, TransactionStatus,
 };
 use tokio::io::AsyncReadExt;
-use tokio::time::Instant;
 
 use super::{execute, parse, Access, ConsoleState, ADMIN_DB, ADMIN_USER, PGBOUNCER_COMPAT};
 use crate::app::App;
@@ -176,8 +175,12 @@ async fn serve(
             Err(e) => return refuse(&format!("bad packet: {e}")),
         };
         let text = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into_owned();
-        let started = Instant::now();
         let mut out = std::mem::take(&mut client.wbuf);
+        // PgBouncer's console row in SHOW STATS: each command counts as a query and a
+        // transaction before it runs (a SHOW STATS sees itself), with no bytes and no times.
+        for c in [&app.admin_stats.query_count, &app.admin_stats.xact_count] {
+            PoolStats::add(c, 1);
+        }
         let result = match parse::parse(&text) {
             // PAUSE, SUSPEND and WAIT_CLOSE wait: notice meanwhile if the console leaves. The
             // command stops waiting; a PAUSE stays in place (as in PgBouncer), a SUSPEND is undone.
@@ -203,14 +206,6 @@ async fn serve(
         }
         encode_ready_for_query(TransactionStatus::Idle, &mut out);
         client.wbuf = out;
-        let us = started.elapsed().as_micros() as u64;
-        for c in [&app.admin_stats.query_count, &app.admin_stats.xact_count] {
-            PoolStats::add(c, 1);
-        }
-        PoolStats::add(&app.admin_stats.query_time_us, us);
-        PoolStats::add(&app.admin_stats.xact_time_us, us);
-        PoolStats::add(&app.admin_stats.bytes_received, body.len() as u64 + 5);
-        PoolStats::add(&app.admin_stats.bytes_sent, client.wbuf.len() as u64);
         if client.flush().await.is_err() {
             return EndReason::ClientClosed;
         }
