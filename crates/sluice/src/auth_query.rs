@@ -21,16 +21,14 @@ use bytes::BytesMut;
 use parking_lot::Mutex;
 use sluice_config::{Config, DatabaseEntry};
 use sluice_protocol::{
-    backend_tag, decode_data_row, decode_error_fields, decode_ready_for_query, encode_bind_text,
-    encode_execute, encode_parse, encode_sync, StoredSecret,
+    decode_data_row, encode_bind_text, encode_execute, encode_parse, encode_sync, StoredSecret,
 };
 use tokio::io::AsyncWriteExt;
 
 use crate::app::App;
 use crate::error::ServerError;
-use crate::net::framed::read_message;
 use crate::pool::Pool;
-use crate::server::ServerConn;
+use crate::server::{query, ServerConn};
 use crate::targets;
 
 /// Most cached secrets.
@@ -216,46 +214,42 @@ async fn run(
     encode_execute("", 0, &mut out);
     encode_sync(&mut out);
     conn.stream.write_all(&out).await?;
-    let mut failure = None;
     let mut row: Option<Option<String>> = None;
-    loop {
-        let (tag, body) = read_message(&mut conn.stream, &mut conn.rbuf, max_len).await?;
-        match tag {
-            backend_tag::READY_FOR_QUERY => {
-                conn.status = decode_ready_for_query(&body)?;
-                return match failure {
-                    Some(f) => Err(ServerError::Query(Box::new(f))),
-                    None => Ok(row.flatten()),
-                };
-            }
-            backend_tag::DATA_ROW if row.is_none() => {
-                let values = decode_data_row(&body)?;
-                if values.len() != 2 {
-                    failure.get_or_insert_with(|| sluice_protocol::ErrorFields {
-                        message: format!(
-                            "auth_query must return 2 columns (user, password), got {}",
-                            values.len()
-                        ),
-                        ..Default::default()
-                    });
-                    row = Some(None);
-                    continue;
-                }
-                row = Some(
-                    values
-                        .get(1)
-                        .cloned()
-                        .flatten()
-                        .map(|v| String::from_utf8_lossy(v).into_owned()),
-                );
-            }
-            backend_tag::ERROR_RESPONSE => failure = Some(decode_error_fields(&body)?),
-            backend_tag::COPY_IN | backend_tag::COPY_BOTH | backend_tag::COPY_OUT => {
-                return Err(ServerError::Unexpected("COPY started by auth_query".into()))
-            }
-            _ => {}
+    query::drain_to_ready(conn, max_len, None, |body| {
+        if row.is_some() {
+            return None;
         }
-    }
+        let values = match decode_data_row(body) {
+            Ok(v) => v,
+            Err(e) => {
+                row = Some(None);
+                return Some(sluice_protocol::ErrorFields {
+                    message: format!("malformed auth_query row: {e}"),
+                    ..Default::default()
+                });
+            }
+        };
+        if values.len() != 2 {
+            row = Some(None);
+            return Some(sluice_protocol::ErrorFields {
+                message: format!(
+                    "auth_query must return 2 columns (user, password), got {}",
+                    values.len()
+                ),
+                ..Default::default()
+            });
+        }
+        row = Some(
+            values
+                .get(1)
+                .cloned()
+                .flatten()
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
+        );
+        None
+    })
+    .await?;
+    Ok(row.flatten())
 }
 
 #[cfg(test)]
