@@ -295,50 +295,33 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
         if !wait_while_suspended(&app, &mut phase).await {
             return;
         }
-        // The futures that end a stretch of accepting are made once per stretch, not per
-        // accepted connection: each links a waiter into a shared watch channel (a lock and a
-        // list), which was ~2,000 instructions of every login. Behind a `WakeGated` they are
-        // polled again only when one of them woke the task, not at every accepted connection.
-        let stop = {
-            let active_changed = async {
-                match &mut active {
-                    Some(a) => a.changed().await.is_ok(),
-                    None => std::future::pending().await,
-                }
-            };
-            let suspended = app.control.gate().suspended();
-            let phase_changed = phase.changed();
-            let mut stop = WakeGated::new(async {
-                // `biased`: no random branch order to draw.
-                tokio::select! {
-                    biased;
-                    ok = active_changed => Stop::Active(ok),
-                    _ = suspended => Stop::Suspended,
-                    r = phase_changed => Stop::Phase(r.is_ok()),
-                }
-            });
-            loop {
-                tokio::select! {
-                    biased;
-                    s = &mut stop => break s,
-                    r = listener.accept() => match r {
-                        Ok((sock, addr)) => {
-                            let cfg = app.config();
-                            tune_tcp(&sock, &tcp_tuning(&cfg));
-                            if cfg.settings.tcp_defer_accept != defer {
-                                defer = cfg.settings.tcp_defer_accept;
-                                apply_defer_accept(&listener, defer);
-                            }
-                            tokio::spawn(crate::client::serve(app.clone(), Stream::Tcp(sock), PeerAddr::Tcp(addr), local));
-                        }
-                        Err(e) => {
-                            tracing::warn!("accept failed: {e}");
-                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        }
-                    },
-                }
+        let active_changed = async {
+            match &mut active {
+                Some(a) => Stop::Active(a.changed().await.is_ok()),
+                None => std::future::pending().await,
             }
         };
+        let stop = accept_stretch(
+            &app,
+            &mut phase,
+            active_changed,
+            || listener.accept(),
+            |(sock, addr)| {
+                let cfg = app.config();
+                tune_tcp(&sock, &tcp_tuning(&cfg));
+                if cfg.settings.tcp_defer_accept != defer {
+                    defer = cfg.settings.tcp_defer_accept;
+                    apply_defer_accept(&listener, defer);
+                }
+                tokio::spawn(crate::client::serve(
+                    app.clone(),
+                    Stream::Tcp(sock),
+                    PeerAddr::Tcp(addr),
+                    local,
+                ));
+            },
+        )
+        .await;
         match stop {
             Stop::Active(ok) => {
                 let n = active
@@ -355,6 +338,49 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Accept connections (`accept`, each handed to `on_accept`) until the pooler stops accepting for
+/// a while: SUSPEND, a lifecycle phase change, or `extra` (the TCP loop's change of active
+/// workers). A failed accept is logged and retried after 50 ms. The futures that end the stretch
+/// are made once per stretch, not per accepted connection: each links a waiter into a shared watch
+/// channel (a lock and a list), which was ~2,000 instructions of every login. Behind a `WakeGated`
+/// they are polled again only when one of them woke the task, not at every accepted connection.
+async fn accept_stretch<C, A, F>(
+    app: &Arc<App>,
+    phase: &mut watch::Receiver<Phase>,
+    extra: impl std::future::Future<Output = Stop>,
+    mut accept: A,
+    mut on_accept: impl FnMut(C),
+) -> Stop
+where
+    A: FnMut() -> F,
+    F: std::future::Future<Output = io::Result<C>>,
+{
+    let suspended = app.control.gate().suspended();
+    let phase_changed = phase.changed();
+    let mut stop = WakeGated::new(async {
+        // `biased`: no random branch order to draw.
+        tokio::select! {
+            biased;
+            s = extra => s,
+            _ = suspended => Stop::Suspended,
+            r = phase_changed => Stop::Phase(r.is_ok()),
+        }
+    });
+    loop {
+        tokio::select! {
+            biased;
+            s = &mut stop => return s,
+            r = accept() => match r {
+                Ok(c) => on_accept(c),
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
         }
     }
 }
@@ -418,40 +444,23 @@ fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i
     }
 }
 
-/// Accept Unix-socket clients until the pooler stops accepting. The stop conditions are made once
-/// per stretch of accepting and polled only when they woke the task, as in `accept_tcp`.
+/// Accept Unix-socket clients until the pooler stops accepting (`accept_stretch`).
 pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch::Receiver<Phase>) {
     loop {
         if !wait_while_suspended(&app, &mut phase).await {
             return;
         }
-        let stop = {
-            let suspended = app.control.gate().suspended();
-            let phase_changed = phase.changed();
-            let mut stop = WakeGated::new(async {
-                tokio::select! {
-                    biased;
-                    _ = suspended => Stop::Suspended,
-                    r = phase_changed => Stop::Phase(r.is_ok()),
-                }
-            });
-            loop {
-                tokio::select! {
-                    biased;
-                    s = &mut stop => break s,
-                    r = listener.accept() => match r {
-                        Ok((sock, _)) => {
-                            let pid = sock.peer_cred().ok().and_then(|c| c.pid());
-                            spawn_unix_client(&app, sock, pid);
-                        }
-                        Err(e) => {
-                            tracing::warn!("accept failed: {e}");
-                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        }
-                    },
-                }
-            }
-        };
+        let stop = accept_stretch(
+            &app,
+            &mut phase,
+            std::future::pending(),
+            || listener.accept(),
+            |(sock, _)| {
+                let pid = sock.peer_cred().ok().and_then(|c| c.pid());
+                spawn_unix_client(&app, sock, pid);
+            },
+        )
+        .await;
         if let Stop::Phase(ok) = stop {
             if !ok || *phase.borrow() != Phase::Running {
                 return;
