@@ -563,18 +563,18 @@ impl<'a> Relay<'a> {
     }
 
     /// The earliest timeout that applies in the current state.
-    fn current_deadline(&self) -> Option<(Instant, &'static str)> {
+    fn current_deadline(&self) -> Option<(Instant, Timeout)> {
         let t = self.timeouts;
         if self.pending_rfq > 0 || self.unsynced {
             if let (Some(q), Some(start)) = (t.query_timeout, self.query_started) {
-                return Some((start + q, "query timeout"));
+                return Some((start + q, Timeout::Query));
             }
         } else if self.server.status != TransactionStatus::Idle {
             let idle = t
                 .idle_transaction_timeout
-                .map(|d| (self.last_activity + d, "idle transaction timeout"));
+                .map(|d| (self.last_activity + d, Timeout::IdleTransaction));
             let xact = match (t.transaction_timeout, self.xact_started) {
-                (Some(d), Some(s)) => Some((s + d, "transaction timeout")),
+                (Some(d), Some(s)) => Some((s + d, Timeout::Transaction)),
                 _ => None,
             };
             return match (idle, xact) {
@@ -584,13 +584,13 @@ impl<'a> Relay<'a> {
         } else if self.mode == PoolMode::Session {
             return t
                 .client_idle_timeout
-                .map(|d| (self.last_activity + d, "client_idle_timeout"));
+                .map(|d| (self.last_activity + d, Timeout::ClientIdle));
         }
         None
     }
 
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
-        let Some((at, reason)) = self.current_deadline() else {
+        let Some((at, which)) = self.current_deadline() else {
             return Poll::Pending;
         };
         let sleep = self
@@ -601,19 +601,40 @@ impl<'a> Relay<'a> {
             sleep.as_mut().reset(at);
         }
         match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => {
-                let server_clean = reason == "client_idle_timeout" && self.server_clean();
-                let code = match reason {
-                    "idle transaction timeout" => sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
-                    "query timeout" => sqlstate::QUERY_CANCELED,
-                    _ => sqlstate::PROTOCOL_VIOLATION,
-                };
-                Poll::Ready(RelayEnd::Fatal {
-                    notice: ClientNotice::new(code, reason),
-                    server_clean,
-                })
-            }
+            Poll::Ready(()) => Poll::Ready(RelayEnd::Fatal {
+                notice: ClientNotice::new(which.sqlstate(), which.text()),
+                // Only an idle session client's timeout can leave its server reusable.
+                server_clean: which == Timeout::ClientIdle && self.server_clean(),
+            }),
             Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The relay's timeouts, each with the SQLSTATE and text (PgBouncer's) the client is closed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timeout {
+    Query,
+    IdleTransaction,
+    Transaction,
+    ClientIdle,
+}
+
+impl Timeout {
+    fn sqlstate(self) -> &'static str {
+        match self {
+            Timeout::Query => sqlstate::QUERY_CANCELED,
+            Timeout::IdleTransaction => sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
+            Timeout::Transaction | Timeout::ClientIdle => sqlstate::PROTOCOL_VIOLATION,
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            Timeout::Query => "query timeout",
+            Timeout::IdleTransaction => "idle transaction timeout",
+            Timeout::Transaction => "transaction timeout",
+            Timeout::ClientIdle => "client_idle_timeout",
         }
     }
 }
