@@ -142,7 +142,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         }
-        let app = match App::new(path, config, Arc::new(PgConnector)) {
+        let app = match App::new(path, config, Arc::new(PgConnector::default())) {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!("{e}");

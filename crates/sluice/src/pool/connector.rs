@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sluice_protocol::ScramKeys;
@@ -21,9 +22,20 @@ pub trait Connector: Send + Sync + 'static {
     ) -> ConnectFuture;
 }
 
-/// Connects to real servers over TCP or Unix sockets.
-#[derive(Debug, Default)]
-pub struct PgConnector;
+/// Connects to real servers over TCP or Unix sockets, numbering them (the S-<id> of log lines and
+/// SHOW SERVERS) in the order they are opened, process-wide: one connector per `App`.
+#[derive(Debug)]
+pub struct PgConnector {
+    next_id: AtomicU64,
+}
+
+impl Default for PgConnector {
+    fn default() -> Self {
+        PgConnector {
+            next_id: AtomicU64::new(1),
+        }
+    }
+}
 
 impl Connector for PgConnector {
     fn connect(
@@ -32,6 +44,7 @@ impl Connector for PgConnector {
         keys: Option<ScramKeys>,
         opts: ConnectOptions,
     ) -> ConnectFuture {
-        Box::pin(async move { connect::open(&target, keys.as_ref(), &opts).await })
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts).await })
     }
 }

@@ -45,8 +45,9 @@ impl Connector for Arc<FakeConnector> {
             }
             let (a, b) = UnixStream::pair()?;
             me.peers.lock().push(b);
-            me.opened.fetch_add(1, Ordering::SeqCst);
+            let id = me.opened.fetch_add(1, Ordering::SeqCst) as u64 + 1;
             Ok(ServerConn::new(
+                id,
                 Stream::Unix(a),
                 ServerAddr::Unix {
                     path: "/fake".into(),

@@ -27,6 +27,7 @@ pub struct ConnectOptions {
 
 /// Connect and log in. The result is idle (ReadyForQuery 'I').
 pub async fn open(
+    id: u64,
     target: &ServerTarget,
     keys: Option<&ScramKeys>,
     opts: &ConnectOptions,
@@ -47,7 +48,7 @@ pub async fn open(
             }
             ServerAddr::Unix { path } => (Stream::Unix(UnixStream::connect(path).await?), None),
         };
-        let mut conn = ServerConn::new(stream, addr);
+        let mut conn = ServerConn::new(id, stream, addr);
         conn.tls = tls;
         let mut params: Vec<(&str, &str)> =
             vec![("user", &target.user), ("database", &target.dbname)];

@@ -7,7 +7,6 @@ pub mod query;
 pub mod target;
 pub mod welcome;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::time::Instant;
 
 use bytes::BytesMut;
@@ -18,8 +17,6 @@ use crate::pool::counter::ServerSlots;
 use crate::prepared::ServerStatements;
 use params::ParamMap;
 pub use target::{ServerAddr, ServerTarget};
-
-static NEXT_SERVER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One logged-in server connection. It is owned by exactly one place at a time: the pool's idle list,
 /// a connect task, or the client task it is linked to.
@@ -55,10 +52,11 @@ pub struct ServerConn {
 }
 
 impl ServerConn {
-    pub fn new(stream: Stream, addr: ServerAddr) -> Self {
+    /// `id`: the connection's number, from its pool's connector.
+    pub fn new(id: u64, stream: Stream, addr: ServerAddr) -> Self {
         let now = Instant::now();
         ServerConn {
-            id: NEXT_SERVER_ID.fetch_add(1, Ordering::Relaxed),
+            id,
             stream,
             rbuf: BytesMut::with_capacity(8192),
             params: ParamMap::new(),
