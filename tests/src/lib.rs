@@ -1,6 +1,7 @@
 //! End-to-end test harness for Sluice: a private PostgreSQL cluster, the real `sluice` binary and a raw
 //! protocol client. See tests/README.md for the contract.
 
+mod anchor;
 mod cluster;
 mod console;
 mod metrics;
@@ -10,6 +11,7 @@ mod runners;
 mod sluice_proc;
 mod util;
 
+pub use anchor::Anchor;
 pub use cluster::PgCluster;
 pub use console::{Console, ConsoleResult};
 pub use metrics::{http_get, metrics, sample, workers_now};

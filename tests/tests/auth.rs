@@ -102,7 +102,18 @@ async fn login_err(s: &Sluice, user: &str, password: &str, db: &str) -> (String,
     }
 }
 
-fn pw_failed(user: &str) -> String {
+/// A client's failed password check, in PgBouncer's words (08P01; the user is not named).
+fn pw_failed(_user: &str) -> String {
+    "password authentication failed".to_string()
+}
+
+/// A client's failed SCRAM exchange, in PgBouncer's words (08P01).
+fn sasl_failed() -> String {
+    "SASL authentication failed".to_string()
+}
+
+/// PostgreSQL's own answer when the pooler's server login is refused (passed on as it is).
+fn server_pw_failed(user: &str) -> String {
     format!("password authentication failed for user \"{user}\"")
 }
 
@@ -180,9 +191,14 @@ async fn every_server_method(auth_type: &str, expected_request: u32) {
             // trust ignores the password entirely.
             assert_eq!(login_ok(&s, user, "wrong", "app").await.0, user);
         } else {
+            let want = if expected_request == AUTH_SASL {
+                sasl_failed()
+            } else {
+                pw_failed(user)
+            };
             assert_eq!(
                 login_err(&s, user, "wrong", "app").await,
-                ("28P01".to_string(), pw_failed(user)),
+                ("08P01".to_string(), want),
                 "auth_type={auth_type}"
             );
         }
@@ -213,8 +229,11 @@ async fn scram_client_to_every_server_method() {
 async fn trust_rejects_a_user_missing_from_the_auth_file() {
     let s = start("trust", APP_DB, &plaintext_userlist());
     let (code, msg) = login_err(&s, "auth_rs_nobody", "", "app").await;
-    assert!(code.starts_with("28"), "{code} {msg}");
-    assert!(msg.contains("authentication failed"), "{code} {msg}");
+    // PgBouncer's answer.
+    assert_eq!(
+        (code.as_str(), msg.as_str()),
+        ("08P01", "\"trust\" authentication failed")
+    );
 }
 
 #[tokio::test]
@@ -278,7 +297,7 @@ async fn md5_secret_from_pg_authid_logs_in_to_the_md5_server() {
     );
     assert_eq!(
         login_err(&s, "md5_user", "md5_wrong", "app").await,
-        ("28P01".to_string(), pw_failed("md5_user"))
+        ("08P01".to_string(), pw_failed("md5_user"))
     );
     // plain client auth: the cleartext password is hashed on the fly and compared.
     let s = start("plain", APP_DB, &users);
@@ -288,7 +307,7 @@ async fn md5_secret_from_pg_authid_logs_in_to_the_md5_server() {
     );
     assert_eq!(
         login_err(&s, "md5_user", "md5_wrong", "app").await,
-        ("28P01".to_string(), pw_failed("md5_user"))
+        ("08P01".to_string(), pw_failed("md5_user"))
     );
 }
 
@@ -309,7 +328,7 @@ async fn passthrough_logins(s: &Sluice) {
     // A failed attempt first: it must not lock the user out (a known PgBouncer 1.25 pitfall).
     assert_eq!(
         login_err(s, "scram_user", "scram_wrong", "app").await,
-        ("28P01".to_string(), pw_failed("scram_user"))
+        ("08P01".to_string(), sasl_failed())
     );
     let c1 = s
         .connect("scram_user", "scram_pass", "app")
@@ -347,7 +366,7 @@ async fn passthrough_logins(s: &Sluice) {
     );
     assert_eq!(
         login_err(s, "bench_user", "scram_pass", "app").await,
-        ("28P01".to_string(), pw_failed("bench_user"))
+        ("08P01".to_string(), sasl_failed())
     );
 }
 
@@ -430,7 +449,7 @@ async fn plain_auth_type_verifies_a_scram_secret_and_logs_in_with_the_cleartext(
     );
     assert_eq!(
         login_err(&s, "plain_user", "plain_wrong", "app").await,
-        ("28P01".to_string(), pw_failed("plain_user"))
+        ("08P01".to_string(), pw_failed("plain_user"))
     );
 }
 
@@ -528,7 +547,7 @@ async fn md5_secret_with_scram_auth_type_fails_like_a_wrong_password() {
     );
     assert_eq!(
         login_err(&s, "md5_user", "md5_pass", "app").await,
-        ("28P01".to_string(), pw_failed("md5_user"))
+        ("08P01".to_string(), sasl_failed())
     );
 }
 
@@ -547,20 +566,25 @@ async fn wrong_password_and_unknown_user_look_the_same() {
     ] {
         let s = start(auth_type, APP_DB, &users);
         let ghost = "auth_rs_no_such_user";
+        let failed = if expected == AUTH_SASL {
+            sasl_failed()
+        } else {
+            pw_failed(ghost)
+        };
         assert_eq!(
             login_err(&s, "scram_user", "wrong", "app").await,
-            ("28P01".to_string(), pw_failed("scram_user")),
+            ("08P01".to_string(), failed.clone()),
             "auth_type={auth_type}"
         );
         assert_eq!(
             login_err(&s, ghost, "wrong", "app").await,
-            ("28P01".to_string(), pw_failed(ghost)),
+            ("08P01".to_string(), failed.clone()),
             "auth_type={auth_type}"
         );
         // Even with the password of an existing user.
         assert_eq!(
             login_err(&s, ghost, "scram_pass", "app").await,
-            ("28P01".to_string(), pw_failed(ghost)),
+            ("08P01".to_string(), failed),
             "auth_type={auth_type}"
         );
         // Same authentication request for known and unknown users.
@@ -580,7 +604,7 @@ async fn unknown_database_without_fallback() {
     // A wrong password gets the password error first: databases cannot be probed without a login.
     assert_eq!(
         login_err(&s, "scram_user", "wrong", "auth_rs_nodb").await,
-        ("28P01".to_string(), pw_failed("scram_user"))
+        ("08P01".to_string(), pw_failed("scram_user"))
     );
     // `other` exists on the server but not in [databases].
     let (code, msg) = login_err(&s, "scram_user", "scram_pass", "other").await;
@@ -624,7 +648,7 @@ async fn forced_users_and_explicit_entries() {
         // The client is still authenticated as itself...
         assert_eq!(
             login_err(&s, "scram_user", "wrong", db).await,
-            ("28P01".to_string(), pw_failed("scram_user"))
+            ("08P01".to_string(), pw_failed("scram_user"))
         );
         // ...and the server sees the forced user (or the client's own for content_read).
         assert_eq!(
@@ -666,10 +690,10 @@ async fn server_login_errors_are_forwarded() {
     );
     assert_eq!(
         login_err(&s, "scram_user", "scram_pass", "badpw").await,
-        ("28P01".to_string(), pw_failed("md5_user"))
+        ("28P01".to_string(), server_pw_failed("md5_user"))
     );
     assert_eq!(
         login_err(&s, "md5_user", "md5_pass", "badpw_scram").await,
-        ("28P01".to_string(), pw_failed("scram_user"))
+        ("28P01".to_string(), server_pw_failed("scram_user"))
     );
 }

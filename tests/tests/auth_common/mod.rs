@@ -96,10 +96,19 @@ pub async fn login_err(
     }
 }
 
-pub fn pw_failed(user: &str) -> (String, String) {
+/// A client's failed password check, as PgBouncer answers it (08P01, the user not named).
+pub fn pw_failed(_user: &str) -> (String, String) {
     (
-        "28P01".to_string(),
-        format!("password authentication failed for user \"{user}\""),
+        "08P01".to_string(),
+        "password authentication failed".to_string(),
+    )
+}
+
+/// A client's failed SCRAM exchange, as PgBouncer answers it.
+pub fn sasl_failed() -> (String, String) {
+    (
+        "08P01".to_string(),
+        "SASL authentication failed".to_string(),
     )
 }
 

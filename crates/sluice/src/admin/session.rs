@@ -113,7 +113,15 @@ pub async fn run(
     }
     app.admin_clients.fetch_add(1, Ordering::AcqRel);
     let _member = ConsoleMember(app.clone());
-    PoolStats::add(&app.admin_stats.client_logins, 1);
+    // PgBouncer 1.25's console row in SHOW STATS: one query and one transaction per console login
+    // (whatever it then runs), no bytes, no times.
+    for c in [
+        &app.admin_stats.client_logins,
+        &app.admin_stats.query_count,
+        &app.admin_stats.xact_count,
+    ] {
+        PoolStats::add(c, 1);
+    }
     let _ = entry
         .identity
         .set((ADMIN_DB.to_string(), info.user.clone()));
@@ -176,11 +184,6 @@ async fn serve(
         };
         let text = String::from_utf8_lossy(body.strip_suffix(&[0]).unwrap_or(&body)).into_owned();
         let mut out = std::mem::take(&mut client.wbuf);
-        // PgBouncer's console row in SHOW STATS: each command counts as a query and a
-        // transaction before it runs (a SHOW STATS sees itself), with no bytes and no times.
-        for c in [&app.admin_stats.query_count, &app.admin_stats.xact_count] {
-            PoolStats::add(c, 1);
-        }
         let result = match parse::parse(&text) {
             // PAUSE, SUSPEND and WAIT_CLOSE wait: notice meanwhile if the console leaves. The
             // command stops waiting; a PAUSE stays in place (as in PgBouncer), a SUSPEND is undone.

@@ -47,10 +47,20 @@ pub struct Authenticated {
     pub from_auth_query: bool,
 }
 
-fn auth_failed(user: &str) -> EndReason {
+/// A failed password check, in PgBouncer's words and SQLSTATE (08P01, no user name: the same for a
+/// wrong password and an unknown user). The log line has the user.
+fn auth_failed(_user: &str) -> EndReason {
     EndReason::Error(ClientNotice::new(
-        sqlstate::INVALID_PASSWORD,
-        format!("password authentication failed for user \"{user}\""),
+        sqlstate::PROTOCOL_VIOLATION,
+        "password authentication failed",
+    ))
+}
+
+/// A failed SCRAM exchange, as PgBouncer answers it.
+fn sasl_failed() -> EndReason {
+    EndReason::Error(ClientNotice::new(
+        sqlstate::PROTOCOL_VIOLATION,
+        "SASL authentication failed",
     ))
 }
 
@@ -137,7 +147,11 @@ async fn run(
     let mut done = match method {
         Method::Trust => match secret {
             Some(s) => Ok(known(Some(s))),
-            None => Err(auth_failed(user)),
+            // PgBouncer's words for a trust login of a user the auth file does not list.
+            None => Err(EndReason::Error(ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                "\"trust\" authentication failed",
+            ))),
         },
         Method::Identified(how) => match secret {
             Some(s) => Ok(known(Some(s))),
@@ -295,7 +309,7 @@ async fn scram(
     }
     encode_auth_sasl(server.mechanisms(), &mut client.wbuf);
     let body = exchange(client).await?;
-    let initial = decode_sasl_initial(&body).map_err(|_| auth_failed(user))?;
+    let initial = decode_sasl_initial(&body).map_err(|_| sasl_failed())?;
     if server.select_mechanism(initial.mechanism).is_err() {
         return Err(EndReason::Error(ClientNotice::new(
             sqlstate::PROTOCOL_VIOLATION,
@@ -304,14 +318,14 @@ async fn scram(
     }
     let first = server
         .handle_client_first(initial.data)
-        .map_err(|_| auth_failed(user))?;
+        .map_err(|_| sasl_failed())?;
     encode_auth_sasl_continue(&first, &mut client.wbuf);
     let body = exchange(client).await?;
     let (final_msg, keys) = server
         .handle_client_final(&body)
-        .map_err(|_| auth_failed(user))?;
+        .map_err(|_| sasl_failed())?;
     if !real {
-        return Err(auth_failed(user));
+        return Err(sasl_failed());
     }
     encode_auth_sasl_final(&final_msg, &mut client.wbuf);
     Ok(Authenticated {

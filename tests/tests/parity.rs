@@ -1,0 +1,292 @@
+//! Side by side with PgBouncer 1.25.2 (`sluice_e2e::Anchor`): the same pgbouncer.ini lines, the
+//! same userlist and the same client steps against both, and the same observable result (SQLSTATE,
+//! message, columns, figures). Each case names the PgBouncer behaviour it pins. Differences kept on
+//! purpose are listed in `DELIBERATE` with their reason (also in docs/compat.md); any other
+//! difference fails. Skips with a message where the reference binary is absent.
+
+mod bad_input_common;
+
+use std::time::Duration;
+
+use sluice_e2e::{error_fields, Anchor, Console, RawConn, Sluice};
+
+const DB: &str = "app = host={pg_host} port={pg_port} dbname=app";
+const USERS: &str = "\"trust_user\" \"\"\n\"md5_user\" \"md5_pass\"\n\"admin\" \"\"\n";
+
+/// Cases where Sluice answers differently on purpose: (case, why).
+const DELIBERATE: &[(&str, &str)] = &[
+    (
+        "duplicate prepared statement",
+        "PostgreSQL's SQLSTATE 42P05 and text (PgBouncer: 08P01 'prepared statement name is already in use')",
+    ),
+];
+
+/// The two processes of one case.
+struct Pair {
+    pgb: Anchor,
+    sl: Sluice,
+}
+
+fn pair(extra: &str) -> Option<Pair> {
+    let pgb = Anchor::start(extra, DB, USERS)?;
+    let ini = Sluice::basic_ini(extra, &DB.replace("{pg_host}", "127.0.0.1"));
+    let sl = Sluice::builder(&ini).userlist(USERS).start();
+    Some(Pair { pgb, sl })
+}
+
+/// What a connection attempt observed: an error's (SQLSTATE, message) or "ok".
+async fn login(port: u16, user: &str, password: &str, db: &str) -> String {
+    let cs = format!(
+        "host=127.0.0.1 port={port} user={user} password={password} dbname={db} connect_timeout=5"
+    );
+    match tokio_postgres::connect(&cs, tokio_postgres::NoTls).await {
+        Ok((c, conn)) => {
+            tokio::spawn(conn);
+            drop(c);
+            "ok".to_string()
+        }
+        Err(e) => match e.as_db_error() {
+            Some(d) => format!("{} {}", d.code().code(), d.message()),
+            None => format!("error: {e}"),
+        },
+    }
+}
+
+async fn console(port: u16) -> Console {
+    Console::connect(port, "admin", "").await.unwrap()
+}
+
+fn report(results: &[(String, String, String)]) {
+    let mut differ = Vec::new();
+    for (case, pgb, sl) in results {
+        let same = pgb == sl;
+        eprintln!(
+            "{} {case}: PgBouncer {pgb:?} / Sluice {sl:?}",
+            if same { "same   " } else { "DIFFERS" }
+        );
+        if !same && !DELIBERATE.iter().any(|(c, _)| c == case) {
+            differ.push(case.clone());
+        }
+    }
+    eprintln!(
+        "parity: {} cases, {} the same, {} deliberate differences",
+        results.len(),
+        results.iter().filter(|(_, a, b)| a == b).count(),
+        results.iter().filter(|(_, a, b)| a != b).count()
+    );
+    assert!(
+        differ.is_empty(),
+        "cases that differ from PgBouncer 1.25.2: {differ:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_and_errors_match_pgbouncer() {
+    let Some(p) = pair("auth_type = md5\nadmin_users = admin\nmax_client_conn = 20") else {
+        eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
+        return;
+    };
+    let mut results = Vec::new();
+    let mut case = |name: &str, pgb: String, sl: String| results.push((name.to_string(), pgb, sl));
+    let (a, b) = (p.pgb.port, p.sl.port);
+
+    // PgBouncer: "no such database: nosuchdb" (08P01) for a database not in [databases].
+    case(
+        "unknown database",
+        login(a, "md5_user", "md5_pass", "nosuchdb").await,
+        login(b, "md5_user", "md5_pass", "nosuchdb").await,
+    );
+    // md5 with a wrong password: 08P01 "password authentication failed" (no user named).
+    case(
+        "wrong password",
+        login(a, "md5_user", "nope", "app").await,
+        login(b, "md5_user", "nope", "app").await,
+    );
+    // A user not in the auth file gets the same answer as a wrong password.
+    case(
+        "unknown user",
+        login(a, "ghost", "x", "app").await,
+        login(b, "ghost", "x", "app").await,
+    );
+    // The console for a user that is neither admin nor stats user.
+    case(
+        "console refused",
+        login(a, "md5_user", "md5_pass", "pgbouncer").await,
+        login(b, "md5_user", "md5_pass", "pgbouncer").await,
+    );
+    case(
+        "login ok",
+        login(a, "md5_user", "md5_pass", "app").await,
+        login(b, "md5_user", "md5_pass", "app").await,
+    );
+
+    report(&results);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_matches_pgbouncer() {
+    let Some(p) = pair("auth_type = trust\nadmin_users = admin\nmax_client_conn = 20") else {
+        eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
+        return;
+    };
+    let mut results = Vec::new();
+    let mut case = |name: &str, pgb: String, sl: String| results.push((name.to_string(), pgb, sl));
+    let (a, b) = (p.pgb.port, p.sl.port);
+    // The console for a user that is neither admin nor stats user (trust: no password step).
+    case(
+        "console refused (trust)",
+        login(a, "trust_user", "", "pgbouncer").await,
+        login(b, "trust_user", "", "pgbouncer").await,
+    );
+    // SHOW VERSION: tools pick column layouts from its first words.
+    let mut ca = console(a).await;
+    let mut cb = console(b).await;
+    let va = ca.query("SHOW VERSION").await.unwrap().rows[0][0]
+        .clone()
+        .unwrap();
+    let vb = cb.query("SHOW VERSION").await.unwrap().rows[0][0]
+        .clone()
+        .unwrap();
+    case(
+        "SHOW VERSION prefix",
+        va.clone(),
+        vb.split(" (Sluice").next().unwrap().to_string(),
+    );
+    // Column names of the SHOWs monitoring reads.
+    for what in [
+        "POOLS",
+        "STATS",
+        "DATABASES",
+        "USERS",
+        "CLIENTS",
+        "SERVERS",
+        "LISTS",
+        "MEM",
+    ] {
+        let ra = ca.query(&format!("SHOW {what}")).await.unwrap();
+        let rb = cb.query(&format!("SHOW {what}")).await.unwrap();
+        case(
+            &format!("SHOW {what} columns"),
+            ra.names().join(","),
+            rb.names().join(","),
+        );
+    }
+    // The console's own row in SHOW STATS, after the commands above (the same number on both).
+    let sa = ca.query("SHOW STATS").await.unwrap();
+    let sb = cb.query("SHOW STATS").await.unwrap();
+    for col in [
+        "total_query_count",
+        "total_received",
+        "total_sent",
+        "total_query_time",
+    ] {
+        case(
+            &format!("SHOW STATS console row {col}"),
+            sa.get("pgbouncer", col).unwrap_or_default(),
+            sb.get("pgbouncer", col).unwrap_or_default(),
+        );
+    }
+    // RELOAD of a broken file: F0000 and a pointer to the log.
+    let broken = |cfg: String| cfg.replace("max_client_conn = 20", "max_client_conn = lots");
+    p.pgb.write_file("pgbouncer.ini", &broken(p.pgb.config()));
+    let sl_ini = std::fs::read_to_string(p.sl.dir.path().join("pgbouncer.ini")).unwrap();
+    std::fs::write(p.sl.dir.path().join("pgbouncer.ini"), broken(sl_ini)).unwrap();
+    let err = |r: Result<sluice_e2e::ConsoleResult, std::collections::HashMap<u8, String>>| match r
+    {
+        Ok(_) => "ok".to_string(),
+        Err(f) => format!("{} {}", f[&b'C'], f[&b'M']),
+    };
+    case(
+        "RELOAD of a broken file",
+        err(ca.query("RELOAD").await),
+        err(cb.query("RELOAD").await),
+    );
+    report(&results);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_edges_match_pgbouncer() {
+    let Some(p) = pair("auth_type = trust\npool_mode = transaction\nmax_prepared_statements = 100")
+    else {
+        eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
+        return;
+    };
+    let mut results = Vec::new();
+    let (a, b) = (p.pgb.port, p.sl.port);
+
+    // A startup packet whose protocol version cannot be valid, sent without the rest: refused at
+    // once with 08P01 (PgBouncer 1.25 reads the 8-byte header first).
+    async fn bad_version(port: u16) -> String {
+        let mut c = RawConn::connect(port).await;
+        c.send(&[0, 0, 0, 40, 0, 4, 0, 0]).await;
+        match c.read_message(Duration::from_secs(3)).await {
+            Some((b'E', body)) => {
+                let f = error_fields(&body);
+                format!("{} FATAL", f[&b'C'])
+            }
+            other => format!("{other:?}"),
+        }
+    }
+    results.push((
+        "bad protocol version".into(),
+        bad_version(a).await,
+        bad_version(b).await,
+    ));
+
+    // Re-preparing a name already prepared in the session.
+    async fn duplicate_prepare(port: u16) -> String {
+        let mut c = RawConn::connect(port).await;
+        c.send(&RawConn::startup_packet(&[
+            ("user", "trust_user"),
+            ("database", "app"),
+        ]))
+        .await;
+        bad_input_common::read_until_ready(&mut c).await;
+        let parse = |n: &str| {
+            let mut body = n.as_bytes().to_vec();
+            body.extend_from_slice(b"\0SELECT 1\0\0\0");
+            let mut m = RawConn::message(b'P', &body);
+            m.extend_from_slice(&RawConn::message(b'S', b""));
+            m
+        };
+        c.send(&parse("s1")).await;
+        bad_input_common::read_until_ready(&mut c).await;
+        c.send(&parse("s1")).await;
+        match c.read_message(Duration::from_secs(3)).await {
+            Some((b'E', body)) => {
+                let f = error_fields(&body);
+                format!("{} {}", f[&b'C'], f[&b'M'])
+            }
+            other => format!("{other:?}"),
+        }
+    }
+    results.push((
+        "duplicate prepared statement".into(),
+        duplicate_prepare(a).await,
+        duplicate_prepare(b).await,
+    ));
+    report(&results);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_failures_match_pgbouncer() {
+    let mut results = Vec::new();
+    for auth in ["scram-sha-256", "plain"] {
+        let Some(p) = pair(&format!("auth_type = {auth}")) else {
+            eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
+            return;
+        };
+        let (a, b) = (p.pgb.port, p.sl.port);
+        results.push((
+            format!("{auth}: wrong password"),
+            login(a, "md5_user", "nope", "app").await,
+            login(b, "md5_user", "nope", "app").await,
+        ));
+        results.push((
+            format!("{auth}: unknown user"),
+            login(a, "ghost", "x", "app").await,
+            login(b, "ghost", "x", "app").await,
+        ));
+    }
+    report(&results);
+}
