@@ -322,9 +322,10 @@ async fn reload_applies_changed_userlist_password() {
         Ok(_) => panic!("old password still accepted after reload"),
         Err(e) => e,
     };
+    // PgBouncer's answer to a wrong password (08P01, the user not named).
     assert_eq!(
         err.code(),
-        Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD),
+        Some(&tokio_postgres::error::SqlState::PROTOCOL_VIOLATION),
         "{err:?}"
     );
     // Already logged-in clients are unaffected.

@@ -335,9 +335,50 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
             Stop::Suspended => {}
             Stop::Phase(ok) => {
                 if !ok || *phase.borrow() != Phase::Running {
+                    // Closing the socket resets the connections already in its accept queue;
+                    // with so_reuseport the kernel may have queued some here a moment ago, while
+                    // another process of the port waits for them (a rolling restart). Serve those
+                    // first: they are clients of this process, which lets them finish.
+                    for (sock, addr) in drain_accept_queue(&listener) {
+                        tune_tcp(&sock, &tcp_tuning(&app.config()));
+                        tokio::spawn(crate::client::serve(
+                            app.clone(),
+                            Stream::Tcp(sock),
+                            PeerAddr::Tcp(addr),
+                            local,
+                        ));
+                    }
                     return;
                 }
             }
+        }
+    }
+}
+
+/// The connections waiting in `listener`'s accept queue now, accepted without waiting (the
+/// readiness tokio last saw may be stale, so the system call is made until it says EAGAIN).
+fn drain_accept_queue(listener: &TcpListener) -> Vec<(tokio::net::TcpStream, SocketAddr)> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: accept4 on our listening socket's fd with no address buffer; the returned fd,
+        // if any, is new and owned by the std stream made from it below.
+        let fd = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            )
+        };
+        if fd < 0 {
+            return out;
+        }
+        // SAFETY: `fd` was just returned by accept4 and is owned by nothing else.
+        let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+        let Ok(addr) = std.peer_addr() else { continue };
+        if let Ok(sock) = tokio::net::TcpStream::from_std(std) {
+            out.push((sock, addr));
         }
     }
 }

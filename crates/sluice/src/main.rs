@@ -160,7 +160,14 @@ fn main() -> ExitCode {
             "Sluice {} started with {workers} worker threads",
             env!("CARGO_PKG_VERSION")
         );
-        tokio::spawn(handle_signals(app.clone()));
+        let signals = match Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("cannot install signal handlers: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        tokio::spawn(handle_signals(app.clone(), signals));
         sluice::run(app, listeners).await;
         ExitCode::SUCCESS
     });
@@ -171,18 +178,40 @@ fn main() -> ExitCode {
     code
 }
 
-async fn handle_signals(app: Arc<App>) {
-    let (Ok(mut hup), Ok(mut int), Ok(mut term), Ok(mut quit), Ok(mut usr1), Ok(mut usr2)) = (
-        signal(SignalKind::hangup()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::quit()),
-        signal(SignalKind::user_defined1()),
-        signal(SignalKind::user_defined2()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
+/// The signals Sluice answers, registered with the runtime. Made before the listeners accept and
+/// before READY=1 goes to systemd: a SIGHUP that comes right after would otherwise meet the
+/// default action (exit) while the handling task has not run yet.
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            hup: signal(SignalKind::hangup())?,
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            quit: signal(SignalKind::quit())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
+        })
+    }
+}
+
+async fn handle_signals(app: Arc<App>, signals: Signals) {
+    let Signals {
+        mut hup,
+        mut int,
+        mut term,
+        mut quit,
+        mut usr1,
+        mut usr2,
+    } = signals;
     loop {
         tokio::select! {
             _ = hup.recv() => {
