@@ -290,3 +290,66 @@ async fn authentication_failures_match_pgbouncer() {
     }
     report(&results);
 }
+
+/// query_wait_notify: a client queued longer than it gets PgBouncer 1.25's NOTICE, then its result.
+async fn queued_notice(port: u16) -> String {
+    let mut holder = RawConn::connect(port).await;
+    holder
+        .send(&RawConn::startup_packet(&[
+            ("user", "trust_user"),
+            ("database", "app"),
+        ]))
+        .await;
+    bad_input_common::read_until_ready(&mut holder).await;
+    holder.send(&RawConn::message(b'Q', b"BEGIN\0")).await;
+    bad_input_common::read_until_ready(&mut holder).await;
+    let mut c = RawConn::connect(port).await;
+    c.send(&RawConn::startup_packet(&[
+        ("user", "trust_user"),
+        ("database", "app"),
+    ]))
+    .await;
+    bad_input_common::read_until_ready(&mut c).await;
+    c.send(&RawConn::message(b'Q', b"SELECT 1\0")).await;
+    let notice = match c.read_message(Duration::from_secs(4)).await {
+        Some((b'N', body)) => {
+            let f = error_fields(&body);
+            format!("N {} {} {}", f[&b'S'], f[&b'C'], f[&b'M'])
+        }
+        other => format!("{other:?}"),
+    };
+    holder.send(&RawConn::message(b'Q', b"COMMIT\0")).await;
+    let rest = bad_input_common::read_until_ready(&mut c).await;
+    let got_row = rest.iter().any(|(t, _)| *t == b'D');
+    format!("{notice}; then the row: {got_row}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_client_is_told_as_pgbouncer_tells_it() {
+    let extra =
+        "auth_type = trust\npool_mode = transaction\ndefault_pool_size = 1\nquery_wait_notify = 1";
+    // Sluice on its own first (the check does not need the reference binary).
+    let sl = Sluice::builder(&Sluice::basic_ini(
+        extra,
+        &DB.replace("{pg_host}", "127.0.0.1"),
+    ))
+    .userlist(USERS)
+    .start();
+    let b = queued_notice(sl.port).await;
+    assert!(
+        b.starts_with(
+            "N NOTICE 00000 No server connection available in postgres backend, client being queued"
+        ),
+        "{b}"
+    );
+    assert!(b.ends_with("the row: true"), "{b}");
+    let Some(p) = pair(extra) else {
+        eprintln!("SKIP (PgBouncer side): the PgBouncer 1.25.2 reference binary is not here");
+        return;
+    };
+    let (a, b) = (
+        queued_notice(p.pgb.port).await,
+        queued_notice(p.sl.port).await,
+    );
+    report(&[("query_wait_notify NOTICE".to_string(), a, b)]);
+}

@@ -70,7 +70,7 @@ declare_settings! {
         pool_idle_timeout: Seconds = "0", reloadable, unsupported, "Seconds after which a pool without clients or servers is freed; 0 = off.";
         pool_mode: PoolMode = "session", reloadable, supported, "When a server goes back to the pool: session, transaction, statement.";
         query_timeout: Seconds = "0", reloadable, supported, "Seconds a query may run before its server connection is closed; 0 = no limit.";
-        query_wait_notify: u32 = "5", reloadable, unsupported, "Whole seconds a queued client waits before a NOTICE tells it so; 0 = off.";
+        query_wait_notify: u32 = "5", reloadable, supported, "Whole seconds a queued client waits before a NOTICE tells it so; 0 = off.";
         query_wait_timeout: Seconds = "120", reloadable, supported, "Seconds a client may wait for a server before it is disconnected; 0 = no limit. Checked by the janitor (every 200 ms), as PgBouncer checks it in its maintenance pass.";
         reserve_pool_size: u32 = "0", reloadable, supported, "Extra server connections per pool once a client waited reserve_pool_timeout.";
         reserve_pool_timeout: Seconds = "5", reloadable, supported, "Seconds a client waits before the reserve pool is used.";

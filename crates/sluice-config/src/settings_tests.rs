@@ -135,6 +135,7 @@ const SUPPORTED: &[&str] = &[
     "max_prepared_statements",
     "logfile",
     "peer_id",
+    "query_wait_notify",
     "syslog",
     "syslog_facility",
     "syslog_ident",

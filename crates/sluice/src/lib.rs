@@ -128,6 +128,7 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
 }
 
 async fn janitor_loop(app: Arc<App>) {
+    let mut ticks: u32 = 0;
     let mut tick = tokio::time::interval(pool::janitor::JANITOR_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -139,6 +140,18 @@ async fn janitor_loop(app: Arc<App>) {
         // As PgBouncer: no maintenance while suspended, so nothing closes or opens under SUSPEND.
         if !app.control.gate().is_suspended() {
             pool::janitor::tick(&app.pools);
+        }
+        // query_wait_notify, about once a second: a client queued that long is told so.
+        ticks = ticks.wrapping_add(1);
+        let notify = app.config().settings.query_wait_notify;
+        if notify > 0 && ticks.is_multiple_of(5) {
+            let now = std::time::Instant::now();
+            let limit = Duration::from_secs(notify.into());
+            for c in app.registry.all() {
+                if c.wait_notice_needed(now, limit) {
+                    c.kill.nudge();
+                }
+            }
         }
     }
 }

@@ -43,6 +43,11 @@ impl Stamp {
         self.base_wall
     }
 
+    /// The latest `set`, as µs after the base (0 before the first).
+    pub fn after_us(&self) -> u64 {
+        self.after_us.load(Ordering::Relaxed)
+    }
+
     /// The wall-clock time of the latest `set` (the base's before the first).
     pub fn wall(&self) -> SystemTime {
         self.base_wall + Duration::from_micros(self.after_us.load(Ordering::Relaxed))

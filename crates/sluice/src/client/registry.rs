@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
@@ -74,6 +74,10 @@ pub struct ClientEntry {
     pub application_name: OnceLock<String>,
     /// SHOW CLIENTS `tls` ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519"); unset for plaintext.
     pub tls: OnceLock<String>,
+    /// query_wait_notify: the request (its stamp + 1) a NOTICE was decided for, so each wait
+    /// gets one; and whether the client's task still has to send it.
+    wait_notice_for: AtomicU64,
+    wait_notice_due: AtomicBool,
 }
 
 impl ClientEntry {
@@ -90,6 +94,30 @@ impl ClientEntry {
     pub fn request_arrived(&self, at: Instant) {
         self.set_state(ClientState::Waiting);
         self.request.set(at);
+    }
+
+    /// query_wait_notify (the janitor): true when this client has waited for a server since a
+    /// request older than `limit` and was not told yet; its task is then to send the NOTICE
+    /// (`take_wait_notice`).
+    pub fn wait_notice_needed(&self, now: Instant, limit: std::time::Duration) -> bool {
+        if self.state() != ClientState::Waiting {
+            return false;
+        }
+        let after = self.request.after_us();
+        let since = self.request.base() + std::time::Duration::from_micros(after);
+        if now.saturating_duration_since(since) < limit
+            || self.wait_notice_for.swap(after + 1, Ordering::Relaxed) == after + 1
+        {
+            return false;
+        }
+        self.wait_notice_due.store(true, Ordering::Release);
+        true
+    }
+
+    /// Whether a query_wait_notify NOTICE is to be sent now (once).
+    pub fn take_wait_notice(&self) -> bool {
+        self.wait_notice_due.load(Ordering::Relaxed)
+            && self.wait_notice_due.swap(false, Ordering::Acquire)
     }
 
     /// When the client connected (its registration).
@@ -129,6 +157,8 @@ impl ClientRegistry {
             application_name: OnceLock::new(),
             tls: OnceLock::new(),
             request: Stamp::now(),
+            wait_notice_for: AtomicU64::new(0),
+            wait_notice_due: AtomicBool::new(false),
         });
         self.clients.lock().insert(id, entry.clone());
         Registration {

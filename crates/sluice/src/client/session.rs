@@ -13,7 +13,7 @@ use tokio::time::{Instant, Sleep};
 use super::kill::KillSwitch;
 use bytes::BytesMut;
 use sluice_config::PoolMode;
-use sluice_protocol::{frontend_tag, peek_header};
+use sluice_protocol::{encode_notice, frontend_tag, peek_header, Severity};
 use tokio::io::AsyncWriteExt;
 
 use super::login::Session;
@@ -125,11 +125,32 @@ async fn serve_request(
     // so a busy client cannot outrun a KILL.
     let checkout = match s.pool.try_checkout_now(arrived, settings) {
         Ok(server) => Ok((server, arrived)),
-        Err(queued) => tokio::select! {
-            biased;
-            _ = s.entry.kill.cancelled_armed() => return Some(killed(&s.entry.kill)),
-            r = s.pool.checkout_at(arrived, settings, queued) => r,
-        },
+        Err(queued) => {
+            let wait = s.pool.checkout_at(arrived, settings, queued);
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = s.entry.kill.cancelled_armed() => return Some(killed(&s.entry.kill)),
+                    r = &mut wait => break r,
+                    // query_wait_notify: the janitor marked this wait and nudged the task (no
+                    // waker of its own: the kill switch's wakes it).
+                    _ = poll_fn(|_| if s.entry.take_wait_notice() { Poll::Ready(()) } else { Poll::Pending }) => {
+                        let mut notice = bytes::BytesMut::new();
+                        // PgBouncer 1.25's NOTICE, word for word.
+                        encode_notice(
+                            Severity::Notice,
+                            "00000",
+                            "No server connection available in postgres backend, client being queued",
+                            &mut notice,
+                        );
+                        if client.stream.write_all(&notice).await.is_err() {
+                            return Some(EndReason::ClientClosed);
+                        }
+                    }
+                }
+            }
+        }
     };
     let (mut server, handed_at) = match checkout {
         Ok(handed) => handed,
