@@ -67,7 +67,7 @@ pub struct App {
     /// track_extra_parameters is not reloadable, so the tracked set is fixed at start.
     pub tracked: TrackedSet,
     /// Connected clients (all phases), for max_client_conn and WAIT_FOR_CLIENTS.
-    pub clients: AtomicUsize,
+    pub client_count: AtomicUsize,
     next_client_id: AtomicU64,
     /// Key for deterministic mock SCRAM salts of unknown users.
     pub mock_key: [u8; 32],
@@ -116,7 +116,7 @@ impl App {
             admin_clients: AtomicUsize::new(0),
             listening: AtomicBool::new(false),
             started: SystemTime::now(),
-            clients: AtomicUsize::new(0),
+            client_count: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(1),
             mock_key,
             warned_unsupported: Mutex::new(HashSet::new()),
@@ -194,7 +194,7 @@ impl App {
         let servers: usize = self.pools.all().iter().map(|p| p.counts().total).sum();
         format!(
             "STATUS=clients: {}, servers: {servers}",
-            self.clients.load(Ordering::Relaxed)
+            self.client_count.load(Ordering::Relaxed)
         )
     }
 

@@ -105,7 +105,7 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
                 }
             }
             Phase::WaitForClients => {
-                if app.clients.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                if app.client_count.load(std::sync::atomic::Ordering::Acquire) == 0 {
                     break;
                 }
             }

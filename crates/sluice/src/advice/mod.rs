@@ -87,7 +87,7 @@ impl Advisor {
             let windows: Vec<Window> = h.windows.iter().copied().collect();
             out.extend(rules::pool_findings(&facts, &windows));
         }
-        let clients = app.clients.load(std::sync::atomic::Ordering::Relaxed);
+        let clients = app.client_count.load(std::sync::atomic::Ordering::Relaxed);
         out.extend(rules::global_findings(clients, g.max_client_conn));
         out
     }

@@ -127,14 +127,14 @@ pub struct ClientGuard {
 
 impl ClientGuard {
     pub fn new(app: &Arc<App>) -> (Self, usize) {
-        let n = app.clients.fetch_add(1, Ordering::AcqRel) + 1;
+        let n = app.client_count.fetch_add(1, Ordering::AcqRel) + 1;
         (ClientGuard { app: app.clone() }, n)
     }
 }
 
 impl Drop for ClientGuard {
     fn drop(&mut self) {
-        self.app.clients.fetch_sub(1, Ordering::AcqRel);
+        self.app.client_count.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

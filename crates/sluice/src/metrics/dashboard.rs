@@ -93,7 +93,7 @@ pub fn json(app: &Arc<App>) -> String {
          \"cpu_seconds\":{cpu},\"clients\":{},\"max_client_conn\":{},\"workers\":[{}]}},\
          \"pools\":[{}],\"advice\":{}}}\n",
         list(BOUNDS_US.iter().copied()),
-        app.clients.load(Ordering::Relaxed),
+        app.client_count.load(Ordering::Relaxed),
         cfg.settings.max_client_conn,
         workers.join(","),
         pools.join(","),

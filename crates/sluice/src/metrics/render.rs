@@ -130,7 +130,7 @@ fn process(out: &mut Out, app: &App) {
     out.sample(
         "sluice_clients_connected",
         &[],
-        app.clients.load(Ordering::Relaxed) as f64,
+        app.client_count.load(Ordering::Relaxed) as f64,
     );
     auth(out, app);
     workers(out, app);
