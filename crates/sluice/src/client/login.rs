@@ -8,61 +8,18 @@ use sluice_protocol::{encode_backend_key_data, encode_ready_for_query, Transacti
 
 use super::auth::{authenticate, AuthRequest};
 use super::registry::ClientEntry;
+use super::session::{PoolMember, Session};
 use super::startup::StartupInfo;
 use super::{ClientConn, EndReason};
 use crate::app::App;
-use crate::cancel::CancelHandle;
 use crate::error::{sqlstate, ClientNotice};
 use crate::forward::RelayScratch;
 use crate::pool::Pool;
 use crate::prepared::ClientStatements;
-use crate::server::params::ParamMap;
 use crate::server::welcome::Welcome;
 use crate::session_state::tracker::SessionTracker;
 use crate::stats::PoolStats;
 use crate::targets;
-
-/// A logged-in client's place: its pool, its expected parameters, its cancel key.
-pub struct Session {
-    pub pool: Arc<Pool>,
-    /// This client's registry entry (state for SHOW CLIENTS, kill switch).
-    pub entry: Arc<ClientEntry>,
-    pub params: ParamMap,
-    /// The client's protocol-level prepared statements (transaction/statement mode).
-    pub statements: ClientStatements,
-    /// Session state the client created (tracked parameters, pins), transaction/statement mode.
-    pub tracker: SessionTracker,
-    /// This client is counted in its pool's pinned clients.
-    pub counted_pinned: bool,
-    /// A server has accepted this client's tracked parameter values (its startup values once a
-    /// server matched them or took their SETs; later values come from the server's own reports):
-    /// SETs of them go ahead of a request instead of in a round trip of their own.
-    pub params_confirmed: bool,
-    pub cancel: CancelHandle,
-    /// Buffers the relay reuses from one transaction to the next.
-    pub relay_scratch: RelayScratch,
-    /// The client_idle_timeout timer, made at the first wait that needs one and reset at each
-    /// (inline in the wait, it sized every client's session state whether the timeout was set or not).
-    pub idle_sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    /// Leaves the pool's client count on drop.
-    _member: PoolMember,
-}
-
-struct PoolMember(Arc<Pool>);
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        if self.counted_pinned {
-            self.pool.pin_changed(false);
-        }
-    }
-}
-
-impl Drop for PoolMember {
-    fn drop(&mut self) {
-        self.0.client_left();
-    }
-}
 
 pub async fn login(
     app: &Arc<App>,

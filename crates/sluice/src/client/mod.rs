@@ -222,7 +222,7 @@ async fn conclude(app: Arc<App>, mut carried: Carried, outcome: session::Outcome
 fn resume(
     app: Arc<App>,
     mut carried: Carried,
-    s: Box<login::Session>,
+    s: Box<session::Session>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
     Box::pin(async move {
         if let Err(e) = carried.client.stream.move_to_current_worker() {
@@ -299,7 +299,7 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
 /// Where a login leads: a pool, or the admin console.
 enum LoggedIn {
     /// Boxed: it lives as long as the client and is much larger than the admin variant.
-    Pool(Box<login::Session>),
+    Pool(Box<session::Session>),
     Admin(startup::StartupInfo, crate::admin::Access),
 }
 
@@ -342,7 +342,7 @@ async fn login_phase(
     client: &mut ClientConn,
     count: usize,
     entry: &Arc<registry::ClientEntry>,
-) -> Result<Box<login::Session>, session::Outcome> {
+) -> Result<Box<session::Session>, session::Outcome> {
     let cfg = app.config();
     let in_login = app.registry.login_started(entry);
     // Boxed where it is made (its ~3 KiB are then copied once, into the box, not again into the
