@@ -46,3 +46,46 @@ pub fn psql_cmd(conn_str: &str, sql: &str) -> (ExitStatus, String, String) {
     ]);
     run(c)
 }
+
+/// pgbench with `sql` as its one-script (written to `dir`), no vacuum, as `user` (trust, no
+/// password) on database `db` through 127.0.0.1:`port`: `clients` clients on 2 threads for
+/// `secs` seconds, run off the async runtime. (exit status, stdout, stderr).
+pub async fn pgbench_script(
+    dir: PathBuf,
+    sql: &str,
+    port: u16,
+    user: &str,
+    db: &str,
+    clients: u32,
+    secs: u32,
+) -> (ExitStatus, String, String) {
+    let script = dir.join(format!("script-{port}-{clients}-{secs}.sql"));
+    std::fs::write(&script, format!("{sql}\n")).expect("write the pgbench script");
+    let args: Vec<String> = [
+        "-n",
+        "-f",
+        &script.display().to_string(),
+        "-c",
+        &clients.to_string(),
+        "-j",
+        "2",
+        "-T",
+        &secs.to_string(),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-U",
+        user,
+        db,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        pgbench(&refs, "")
+    })
+    .await
+    .expect("pgbench task")
+}

@@ -6,7 +6,7 @@ mod bad_input_common;
 
 use std::time::Duration;
 
-use sluice_e2e::{free_port, http_get, pgbench, Console, ConsoleResult, Sluice};
+use sluice_e2e::{free_port, http_get, pgbench_script, Console, ConsoleResult, Sluice};
 
 use bad_input_common::{DB_LINE, USERLIST};
 
@@ -24,37 +24,17 @@ fn start(extra: &str) -> (Sluice, u16) {
 
 /// pgbench with `sql` as its one-statement script, `clients` clients for `secs` seconds.
 async fn load(s: &Sluice, sql: &str, clients: u32, secs: u32) {
-    let script = s.socket_dir.join(format!("script-{clients}-{secs}.sql"));
-    std::fs::write(&script, format!("{sql}\n")).unwrap();
-    let args: Vec<String> = [
-        "-n",
-        "-f",
-        script.to_str().unwrap(),
-        "-c",
-        &clients.to_string(),
-        "-j",
-        "2",
-        "-T",
-        &secs.to_string(),
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &s.port.to_string(),
-        "-U",
+    let (st, out, err) = pgbench_script(
+        s.socket_dir.clone(),
+        sql,
+        s.port,
         "trust_user",
         "app",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    let (ok, out, err) = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (st, out, err) = pgbench(&refs, "");
-        (st.success(), out, err)
-    })
-    .await
-    .unwrap();
-    assert!(ok, "pgbench failed:\n{out}\n{err}\n{}", s.log());
+        clients,
+        secs,
+    )
+    .await;
+    assert!(st.success(), "pgbench failed:\n{out}\n{err}\n{}", s.log());
 }
 
 async fn advice(s: &Sluice) -> ConsoleResult {

@@ -8,7 +8,7 @@ mod bad_input_common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use sluice_e2e::{free_port, http_get, pgbench, Sluice};
+use sluice_e2e::{free_port, http_get, pgbench_script, Sluice};
 
 use bad_input_common::{DB_LINE, USERLIST};
 
@@ -77,33 +77,15 @@ async fn the_dashboard_shows_a_loaded_pool_in_a_real_browser() {
         "the page loads something from elsewhere"
     );
 
-    let script = s.socket_dir.join("select.sql");
-    std::fs::write(&script, "SELECT pg_sleep(0.002);\n").unwrap();
-    let args: Vec<String> = [
-        "-n",
-        "-f",
-        script.to_str().unwrap(),
-        "-c",
-        "8",
-        "-j",
-        "2",
-        "-T",
-        "6",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &s.port.to_string(),
-        "-U",
+    let bench = tokio::spawn(pgbench_script(
+        s.socket_dir.clone(),
+        "SELECT pg_sleep(0.002);",
+        s.port,
         "trust_user",
         "app",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    let bench = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        pgbench(&refs, "")
-    });
+        8,
+        6,
+    ));
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
 
     let url = format!("http://127.0.0.1:{mport}/");

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use sluice_e2e::{pgbench, Sluice};
+use sluice_e2e::{pgbench_script, Sluice};
 
 use bad_input_common::{DB_LINE, USERLIST};
 
@@ -43,33 +43,15 @@ async fn a_rolling_restart_under_pgbench_loses_nothing() {
     let mut old = Sluice::builder(&ini(1, &da)).userlist(USERLIST).start();
     let port = old.port;
 
-    let script = base.path().join("select1.sql");
-    std::fs::write(&script, "SELECT 1;\n").unwrap();
-    let args: Vec<String> = [
-        "-n",
-        "-f",
-        script.to_str().unwrap(),
-        "-c",
-        "10",
-        "-j",
-        "2",
-        "-T",
-        "6",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &port.to_string(),
-        "-U",
+    let bench = tokio::spawn(pgbench_script(
+        base.path().to_path_buf(),
+        "SELECT 1;",
+        port,
         "trust_user",
         "app",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    let bench = tokio::task::spawn_blocking(move || {
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        pgbench(&refs, "")
-    });
+        10,
+        6,
+    ));
 
     // New connections all along: each logs in, runs a query, leaves.
     let until = Instant::now() + Duration::from_secs(5);

@@ -11,6 +11,7 @@ pub mod credentials;
 pub mod error;
 pub mod forward;
 pub mod hba_state;
+pub mod json;
 pub mod keyed_hash;
 pub mod lifecycle;
 pub mod listener;

@@ -95,19 +95,7 @@ impl Advisor {
 
 /// The findings as a JSON array (the `/advice` endpoint).
 pub fn to_json(findings: &[Finding]) -> String {
-    fn esc(s: &str) -> String {
-        let mut o = String::with_capacity(s.len() + 2);
-        for c in s.chars() {
-            match c {
-                '"' => o.push_str("\\\""),
-                '\\' => o.push_str("\\\\"),
-                '\n' => o.push_str("\\n"),
-                c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
-                c => o.push(c),
-            }
-        }
-        o
-    }
+    use crate::json::escape as esc;
     let items: Vec<String> = findings
         .iter()
         .map(|f| {

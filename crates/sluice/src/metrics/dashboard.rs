@@ -3,7 +3,6 @@
 //! `/dashboard.json` every second. The JSON carries counters and cumulative histograms; the page
 //! turns them into rates and percentiles over each poll interval, as Prometheus would.
 
-use std::fmt::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -14,20 +13,7 @@ use crate::stats::histogram::BOUNDS_US;
 /// The page.
 pub const PAGE: &str = include_str!("dashboard.html");
 
-fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o
-}
+use crate::json::escape as esc;
 
 fn list(v: impl IntoIterator<Item = u64>) -> String {
     let items: Vec<String> = v.into_iter().map(|n| n.to_string()).collect();

@@ -479,8 +479,9 @@ impl Pool {
             let now = Instant::now();
             // An idle server, preferably from a shard whose own clients wait.
             let mut taken = None;
-            let mut order: Vec<usize> = (0..self.shards.len()).collect();
-            order.sort_by_key(|&i| self.shards[i].waiting_hint() == 0);
+            let waits = |i: &usize| self.shards[*i].waiting_hint() > 0;
+            let n = self.shards.len();
+            let order = (0..n).filter(waits).chain((0..n).filter(|i| !waits(i)));
             for i in order {
                 let shard = &self.shards[i];
                 if shard.idle_hint() == 0 {
