@@ -122,6 +122,8 @@ async fn pool_size_is_exact_across_workers() {
         workers.iter().all(|w| w[1] == "1"),
         "both workers take clients: {workers:?}"
     );
+    let servers: u32 = workers.iter().map(|w| w[3].parse::<u32>().unwrap()).sum();
+    assert_eq!(servers, 3, "each open server counted on one worker: {workers:?}");
 }
 
 /// A console result as text rows.

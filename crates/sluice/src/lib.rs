@@ -166,13 +166,12 @@ async fn balance_loop(app: Arc<App>) {
     loop {
         tick.tick().await;
         let spread = app.config().sluice.worker_spread_percent;
-        let wait_us = app
-            .pools
-            .all()
-            .iter()
-            .map(|p| p.stats.snapshot().wait_time_us)
-            .sum();
-        balancer.tick(&app.workers, spread, wait_us);
+        let pools = app.pools.all();
+        let wait_us = pools.iter().map(|p| p.stats.snapshot().wait_time_us).sum();
+        let servers: Vec<usize> = (0..app.workers.count())
+            .map(|w| pools.iter().map(|p| p.homed(w)).sum())
+            .collect();
+        balancer.tick(&app.workers, spread, wait_us, &servers);
     }
 }
 

@@ -1,5 +1,5 @@
 //! SHOW WORKERS and SHOW CROSS_WORKER (Sluice's own views, not PgBouncer's): the worker threads
-//! (which take clients, how many each carries, how busy each is) and the events where work
+//! (which take clients, how many clients and server connections each carries, how busy each is) and the events where work
 //! crossed from one worker to another, in total and per transaction.
 
 use std::sync::atomic::Ordering;
@@ -13,6 +13,7 @@ pub const WORKERS_COLUMNS: &[(&str, Col)] = &[
     ("worker", Col::Int4),
     ("active", Col::Int4),
     ("clients", Col::Int8),
+    ("servers", Col::Int8),
     ("busy_percent", Col::Numeric),
 ];
 
@@ -25,13 +26,16 @@ pub const CROSS_WORKER_COLUMNS: &[(&str, Col)] = &[
 pub fn workers(app: &Arc<App>) -> ResultSet {
     let w = &app.workers;
     let active = w.active();
+    let pools = app.pools.all();
     let mut rs = ResultSet::new(WORKERS_COLUMNS);
     for (i, slot) in w.slots().iter().enumerate() {
+        let servers: usize = pools.iter().map(|p| p.homed(i)).sum();
         let busy = f64::from(slot.busy_permille.load(Ordering::Relaxed)) / 10.0;
         rs.push(vec![
             num(i),
             num(u8::from(i < active)),
             num(slot.clients.load(Ordering::Relaxed)),
+            num(servers),
             num(format!("{busy:.1}")),
         ]);
     }

@@ -63,6 +63,8 @@ pub struct ServerSlots {
     pub user: Slot,
     /// Keeps the server's SHOW SERVERS record alive exactly as long as the connection.
     pub tracker: Option<super::servers::ServerTracker>,
+    /// Counts the server among those of its worker (`Pool::homed`) while its socket lives there.
+    pub home: Option<Slot>,
 }
 
 impl ServerSlots {
@@ -83,6 +85,7 @@ impl ServerSlots {
             database,
             user,
             tracker: None,
+            home: None,
         })
     }
 }

@@ -111,6 +111,7 @@ impl Pool {
                 let mut slots = slots;
                 conn.generation = settings.generation;
                 slots.tracker = Some(self.servers_book.track(&conn));
+                slots.home = self.home_slot(conn.home);
                 conn.slots = Some(slots);
                 tracing::debug!(
                     "S-{}: {} new connection to server {}",

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::affinity::{choose, Target, FAIRNESS_EVERY};
+use super::affinity::{choose, Homed, Target, FAIRNESS_EVERY};
 use super::counter::ServerSlots;
 use super::servers::ServerState;
 use super::shard::{here, longest_waiting_other, Lists};
@@ -197,6 +197,10 @@ impl Pool {
                 return false;
             }
             server.home = here;
+            let home = self.home_slot(here);
+            if let Some(slots) = server.slots.as_mut() {
+                slots.home = home;
+            }
         }
         true
     }
@@ -416,7 +420,11 @@ impl Pool {
             } else {
                 None
             };
-            let w = match choose(local, other) {
+            let homed = |o: usize| Homed {
+                here: self.homed(me),
+                there: self.homed(o),
+            };
+            let w = match choose(local, other, homed) {
                 Target::Idle => return Some(conn),
                 Target::Local => {
                     let w = l.waiters.pop_front();

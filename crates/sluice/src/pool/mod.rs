@@ -109,6 +109,10 @@ pub struct Pool {
     pub key: PoolKey,
     /// Idle servers and waiters, one shard per worker.
     shards: Box<[Shard]>,
+    /// Servers whose socket lives on each worker (index = shard), idle or in use: what decides
+    /// whether a released server may be lent away (`affinity::choose`) and where the balancer
+    /// wants clients (`workers::packing::share_out`). Written when a server opens, moves or closes.
+    homes: Box<[Arc<ConnCounter>]>,
     /// The origin of the shards' published wait stamps.
     born: Instant,
     state: Mutex<PoolState>,
@@ -155,6 +159,7 @@ impl Pool {
         Arc::new(Pool {
             key,
             shards: (0..workers.max(1)).map(|_| Shard::default()).collect(),
+            homes: (0..workers.max(1)).map(|_| ConnCounter::new()).collect(),
             born: Instant::now(),
             state: Mutex::new(PoolState::default()),
             removed: AtomicBool::new(false),
@@ -179,6 +184,16 @@ impl Pool {
 
     pub fn settings(&self) -> Arc<PoolSettings> {
         self.settings.load_full()
+    }
+
+    /// Servers (idle or in use) whose socket lives on `worker`.
+    pub fn homed(&self, worker: usize) -> usize {
+        self.homes.get(worker).map_or(0, |c| c.current())
+    }
+
+    /// The count slot of a server whose socket lives on `worker`.
+    fn home_slot(&self, worker: u16) -> Option<counter::Slot> {
+        self.homes[usize::from(worker) % self.homes.len()].try_acquire(0)
     }
 
     /// The current settings, to be kept by the caller and passed to `refresh_settings`.

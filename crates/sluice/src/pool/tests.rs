@@ -471,12 +471,16 @@ async fn a_worker_without_idle_servers_takes_another_workers() {
     let pool = two_worker_pool(5, &f);
     let s = checkout_on(&pool, 1).await;
     let id = s.id;
+    assert_eq!((pool.homed(0), pool.homed(1)), (0, 1), "opened on worker 1");
     release_on(&pool, 1, s);
     let s = checkout_on(&pool, 0).await;
     assert_eq!(s.id, id);
     assert_eq!(f.opened.load(Ordering::SeqCst), 1);
     assert_eq!(s.home, 0, "the server moved to the taking worker");
+    assert_eq!((pool.homed(0), pool.homed(1)), (1, 0), "counted where it lives");
     assert_eq!(pool.cross.get(CrossEvent::ServerHandoff), 1);
+    pool.discard(s);
+    assert_eq!((pool.homed(0), pool.homed(1)), (0, 0), "closed: counted nowhere");
 }
 
 /// A worker whose clients all wait locally still lends to another worker's waiter that has waited

@@ -38,11 +38,21 @@ impl Balancer {
     }
 
     /// One period: measure, decide, apply. `spread_percent` is `[sluice] worker_spread_percent`;
-    /// `wait_us` the total time clients of every pool have waited for servers so far.
-    pub fn tick(&mut self, workers: &Workers, spread_percent: u32, wait_us: u64) {
+    /// `wait_us` the total time clients of every pool have waited for servers so far; `servers`
+    /// the server connections whose socket lives on each worker (`Pool::homed`, all pools).
+    pub fn tick(
+        &mut self,
+        workers: &Workers,
+        spread_percent: u32,
+        wait_us: u64,
+        servers: &[usize],
+    ) {
         let slots = workers.slots();
         if slots.len() < 2 {
             return;
+        }
+        for (slot, &n) in slots.iter().zip(servers) {
+            slot.servers.store(n, Ordering::Relaxed);
         }
         let now = Instant::now();
         let wall = now.duration_since(self.at).as_secs_f64();
@@ -93,14 +103,16 @@ impl Balancer {
             );
             workers.set_active(after);
         } else if queueing.clients_waited {
-            // Clients queue: even out their spread so that servers need not be lent across.
+            // Clients queue: share them out as the servers are, so that servers need not be lent
+            // across.
             let clients: Vec<usize> = slots
                 .iter()
                 .map(|s| s.clients.load(Ordering::Relaxed))
                 .collect();
-            if let Some((from, n)) = super::packing::even_out(&clients, after) {
+            if let Some((from, n)) = super::packing::share_out(&clients, servers, after) {
                 tracing::debug!(
-                    "workers: worker {from} hands {n} clients over (clients {clients:?})"
+                    "workers: worker {from} hands {n} clients over (clients {clients:?}, \
+                     servers {servers:?})"
                 );
                 workers.shed_from(from, n);
             }

@@ -51,6 +51,9 @@ pub fn set_current_for_test(id: u16) {
 pub struct WorkerSlot {
     /// Pool clients whose session runs on this worker.
     pub clients: AtomicUsize,
+    /// Server connections whose socket lives on this worker (all pools), as of the balancer's
+    /// last period: where moving clients should go while clients queue (`packing::destination`).
+    pub servers: AtomicUsize,
     /// Clients this worker should still hand to another (after `active` grew).
     shed: AtomicUsize,
     /// CPU time of the worker's thread over the last balancing period, per mille of one CPU.
@@ -198,7 +201,11 @@ impl Workers {
             .iter()
             .map(|s| s.clients.load(Ordering::Relaxed))
             .collect();
-        let to = packing::destination(&clients, active, me)?;
+        let servers: Vec<usize> = slots
+            .iter()
+            .map(|s| s.servers.load(Ordering::Relaxed))
+            .collect();
+        let to = packing::destination(&clients, &servers, active, me)?;
         self.moves.fetch_add(1, Ordering::Relaxed);
         Some(to)
     }

@@ -120,32 +120,72 @@ pub fn shed_counts(clients: &[usize], from: usize, to: usize) -> Vec<usize> {
         .collect()
 }
 
-/// While clients queue for servers, an uneven spread of clients over the active workers costs a
-/// steady flow of servers lent from the lighter workers to the heavier ones (a cross-worker
-/// hand-off each); moving the surplus clients costs one move each, once. The busiest worker and
-/// how many clients it should hand over, when its surplus over the lightest is more than
-/// `max(2, 2%)` of the clients.
-pub fn even_out(clients: &[usize], active: usize) -> Option<(usize, usize)> {
-    let active = &clients[..active.min(clients.len())];
-    if active.len() < 2 {
-        return None;
+/// Each active worker's share of the servers, as the pool's lending will soon leave them: a
+/// worker's count clamped to the even split (`floor..=ceil` of servers per active worker), since
+/// servers are lent until no two workers with waiters differ by more than one
+/// (`pool::affinity::choose`). Empty when no server is open: then clients are shared evenly.
+fn server_shares(servers: &[usize], active: usize) -> Vec<usize> {
+    let active = active.min(servers.len());
+    let total: usize = servers.iter().sum();
+    if active == 0 || total == 0 {
+        return Vec::new();
     }
-    let total: usize = active.iter().sum();
-    let (heavy, &most) = active
-        .iter()
-        .enumerate()
-        .max_by_key(|&(w, n)| (*n, usize::MAX - w))?;
-    let least = *active.iter().min()?;
-    let gap = most - least;
-    (gap > 2usize.max(total / 50)).then_some((heavy, gap / 2))
+    let lo = total / active;
+    let hi = total.div_ceil(active);
+    servers[..active].iter().map(|&s| s.clamp(lo, hi)).collect()
 }
 
-/// The active worker a moving client should go to: the one with the fewest clients (ties: the
-/// lowest index), never `from` itself.
-pub fn destination(clients: &[usize], active: usize, from: usize) -> Option<usize> {
-    (0..active.min(clients.len()))
+/// How many clients each active worker should carry for its clients to wait alike: in proportion
+/// to its servers (`server_shares`), or evenly when no server is open.
+fn client_targets(clients: &[usize], servers: &[usize], active: usize) -> Vec<f64> {
+    let active = active.min(clients.len());
+    let total = clients[..active].iter().sum::<usize>() as f64;
+    let shares = server_shares(servers, active);
+    let sum: usize = shares.iter().sum();
+    if shares.len() != active || sum == 0 {
+        return vec![total / active.max(1) as f64; active];
+    }
+    shares
+        .iter()
+        .map(|&s| total * s as f64 / sum as f64)
+        .collect()
+}
+
+/// While clients queue for servers, a worker whose clients outnumber its share of the servers has
+/// the longest queue, and the pool would lend it servers from the others (a cross-worker hand-off
+/// each, for as long as the imbalance lasts); moving the surplus clients to where the servers are
+/// costs one move each, once. The worker with the largest surplus over its target
+/// (`client_targets`) and how many clients it should hand over, when that surplus is more than
+/// `max(1, 1%)` of the clients (half the gap of `max(2, 2%)` between two workers).
+pub fn share_out(clients: &[usize], servers: &[usize], active: usize) -> Option<(usize, usize)> {
+    let active = active.min(clients.len());
+    if active < 2 {
+        return None;
+    }
+    let total: usize = clients[..active].iter().sum();
+    let targets = client_targets(clients, servers, active);
+    let gap = |w: usize| clients[w] as f64 - targets[w];
+    let heavy = (0..active).max_by(|&a, &b| gap(a).total_cmp(&gap(b)).then(b.cmp(&a)))?;
+    let light = (0..active).min_by(|&a, &b| gap(a).total_cmp(&gap(b)).then(a.cmp(&b)))?;
+    let surplus = gap(heavy);
+    let n = surplus.min(-gap(light)).floor();
+    (surplus > 1usize.max(total / 100) as f64 && n >= 1.0).then_some((heavy, n as usize))
+}
+
+/// The active worker a moving client should go to: the one furthest below its target
+/// (`client_targets`; ties: the lowest index), never `from` itself.
+pub fn destination(
+    clients: &[usize],
+    servers: &[usize],
+    active: usize,
+    from: usize,
+) -> Option<usize> {
+    let active = active.min(clients.len());
+    let targets = client_targets(clients, servers, active);
+    let room = |w: usize| targets[w] - clients[w] as f64;
+    (0..active)
         .filter(|&w| w != from)
-        .min_by_key(|&w| (clients[w], w))
+        .max_by(|&a, &b| room(a).total_cmp(&room(b)).then(b.cmp(&a)))
 }
 
 #[cfg(test)]
@@ -154,15 +194,46 @@ mod tests {
 
     #[test]
     fn queued_clients_are_evened_out_over_the_active_workers() {
+        let even = &[10, 10, 10, 10];
         // 520 against 480: the heavier hands 20 over.
-        assert_eq!(even_out(&[520, 480], 2), Some((0, 20)));
-        assert_eq!(even_out(&[480, 520, 500, 0], 3), Some((1, 20)));
-        // Within 2% (or 2 clients): left alone.
-        assert_eq!(even_out(&[505, 495], 2), None);
-        assert_eq!(even_out(&[3, 1], 2), None);
+        assert_eq!(share_out(&[520, 480], even, 2), Some((0, 20)));
+        assert_eq!(share_out(&[480, 520, 500, 0], even, 3), Some((1, 20)));
+        // No server open yet: the same.
+        assert_eq!(share_out(&[520, 480], &[0, 0], 2), Some((0, 20)));
+        // Within 1% of the target (or 1 client): left alone.
+        assert_eq!(share_out(&[505, 495], even, 2), None);
+        assert_eq!(share_out(&[3, 1], even, 2), None);
         // One active worker, or none listed: nothing to even out.
-        assert_eq!(even_out(&[900, 0], 1), None);
-        assert_eq!(even_out(&[], 2), None);
+        assert_eq!(share_out(&[900, 0], even, 1), None);
+        assert_eq!(share_out(&[], even, 2), None);
+    }
+
+    #[test]
+    fn queued_clients_follow_the_servers() {
+        // 20 servers on 16 workers: the 4 with two servers should carry twice the clients of
+        // the others (of 1008 clients, 100.8 against 50.4).
+        let mut servers = vec![1; 16];
+        servers[..4].fill(2);
+        let clients = vec![63; 16];
+        let (from, n) = share_out(&clients, &servers, 16).unwrap();
+        assert!(from >= 4, "a one-server worker hands clients over");
+        assert_eq!(n, 12, "63 - 50.4 surplus, 100.8 - 63 room");
+        assert_eq!(destination(&clients, &servers, 16, from), Some(0));
+        // Balanced that way: nothing to do.
+        let mut balanced = vec![50; 16];
+        balanced[..4].fill(101);
+        assert_eq!(share_out(&balanced, &servers, 16), None);
+        // All 20 servers still on worker 0 (before lending spreads them): its share counts as
+        // the even split's ceiling (2), the others' as its floor (1).
+        let mut piled = vec![0; 16];
+        piled[0] = 20;
+        let mut one_heavy = vec![59; 16];
+        one_heavy[0] = 118;
+        assert_eq!(share_out(&one_heavy, &piled, 16), None);
+        // Fewer servers than workers: the workers without one should hand their clients over.
+        let few = [1, 1, 0, 0];
+        assert_eq!(share_out(&[25, 25, 25, 25], &few, 4), Some((2, 25)));
+        assert_eq!(destination(&[25, 25, 25, 25], &few, 4, 3), Some(0));
     }
 
     #[test]
@@ -274,9 +345,12 @@ mod tests {
 
     #[test]
     fn movers_go_to_the_emptiest_active_worker() {
-        assert_eq!(destination(&[5, 1, 0, 0], 2, 0), Some(1));
-        assert_eq!(destination(&[5, 3, 2, 9], 4, 2), Some(1));
-        assert_eq!(destination(&[5, 0], 1, 0), None);
-        assert_eq!(destination(&[0, 7], 1, 1), Some(0));
+        let none = &[0, 0, 0, 0];
+        assert_eq!(destination(&[5, 1, 0, 0], none, 2, 0), Some(1));
+        assert_eq!(destination(&[5, 3, 2, 9], none, 4, 2), Some(1));
+        assert_eq!(destination(&[5, 0], none, 1, 0), None);
+        assert_eq!(destination(&[0, 7], none, 1, 1), Some(0));
+        // With servers open, to the one furthest below its share of them.
+        assert_eq!(destination(&[5, 4, 5, 9], &[4, 1, 4, 1], 4, 3), Some(0));
     }
 }
