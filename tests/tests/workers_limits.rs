@@ -123,7 +123,10 @@ async fn pool_size_is_exact_across_workers() {
         "both workers take clients: {workers:?}"
     );
     let servers: u32 = workers.iter().map(|w| w[3].parse::<u32>().unwrap()).sum();
-    assert_eq!(servers, 3, "each open server counted on one worker: {workers:?}");
+    assert_eq!(
+        servers, 3,
+        "each open server counted on one worker: {workers:?}"
+    );
 }
 
 /// A console result as text rows.

@@ -66,7 +66,7 @@ pub(super) fn choose(
 }
 
 /// The other worker has clearly fewer servers than this one.
-fn short_of_servers(h: Homed) -> bool {
+pub(super) fn short_of_servers(h: Homed) -> bool {
     h.there == 0 || h.here > h.there + 1
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::affinity::{choose, Homed, Target, FAIRNESS_EVERY};
+use super::affinity::{choose, short_of_servers, Homed, Target, FAIRNESS_EVERY};
 use super::counter::ServerSlots;
 use super::servers::ServerState;
 use super::shard::{here, longest_waiting_other, Lists};
@@ -416,7 +416,17 @@ impl Pool {
             };
             let other = if look {
                 l.local_releases = 0;
-                longest_waiting_other(&self.shards, me, self.born, now)
+                // With a waiter here, only a worker short of servers can be lent one: the wait
+                // stamps (lines their workers write per transaction) of the others go unread.
+                let here_n = self.homed(me);
+                let eligible = |o: usize| {
+                    local.is_none()
+                        || short_of_servers(Homed {
+                            here: here_n,
+                            there: self.homed(o),
+                        })
+                };
+                longest_waiting_other(&self.shards, me, self.born, now, eligible)
             } else {
                 None
             };

@@ -94,16 +94,18 @@ pub(super) fn here(n: usize) -> usize {
     usize::from(crate::workers::current()) % n
 }
 
-/// Of the shards other than `me`, the one whose oldest waiter has waited longest, with that wait.
+/// Of the shards other than `me` that `eligible` admits, the one whose oldest waiter has waited
+/// longest, with that wait.
 pub(super) fn longest_waiting_other(
     shards: &[Shard],
     me: usize,
     born: Instant,
     now: Instant,
+    eligible: impl Fn(usize) -> bool,
 ) -> Option<(usize, Duration)> {
     let mut best: Option<(usize, Duration)> = None;
     for (i, s) in shards.iter().enumerate() {
-        if i == me {
+        if i == me || !eligible(i) {
             continue;
         }
         if let Some(w) = s.head_wait(born, now) {

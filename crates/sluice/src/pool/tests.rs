@@ -477,10 +477,18 @@ async fn a_worker_without_idle_servers_takes_another_workers() {
     assert_eq!(s.id, id);
     assert_eq!(f.opened.load(Ordering::SeqCst), 1);
     assert_eq!(s.home, 0, "the server moved to the taking worker");
-    assert_eq!((pool.homed(0), pool.homed(1)), (1, 0), "counted where it lives");
+    assert_eq!(
+        (pool.homed(0), pool.homed(1)),
+        (1, 0),
+        "counted where it lives"
+    );
     assert_eq!(pool.cross.get(CrossEvent::ServerHandoff), 1);
     pool.discard(s);
-    assert_eq!((pool.homed(0), pool.homed(1)), (0, 0), "closed: counted nowhere");
+    assert_eq!(
+        (pool.homed(0), pool.homed(1)),
+        (0, 0),
+        "closed: counted nowhere"
+    );
 }
 
 /// A worker whose clients all wait locally still lends to another worker's waiter that has waited
