@@ -313,7 +313,7 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
                     defer = cfg.settings.tcp_defer_accept;
                     apply_defer_accept(&listener, defer);
                 }
-                tokio::spawn(crate::client::serve(
+                tokio::spawn(crate::dispatch::serve(
                     app.clone(),
                     Stream::Tcp(sock),
                     PeerAddr::Tcp(addr),
@@ -341,7 +341,7 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
                     // first: they are clients of this process, which lets them finish.
                     for (sock, addr) in drain_accept_queue(&listener) {
                         tune_tcp(&sock, &tcp_tuning(&app.config()));
-                        tokio::spawn(crate::client::serve(
+                        tokio::spawn(crate::dispatch::serve(
                             app.clone(),
                             Stream::Tcp(sock),
                             PeerAddr::Tcp(addr),
@@ -461,7 +461,7 @@ fn steer(listener: &TcpListener, n: usize) -> bool {
 fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i32>) {
     let app = app.clone();
     let Some(worker) = app.workers.next_other() else {
-        tokio::spawn(crate::client::serve(
+        tokio::spawn(crate::dispatch::serve(
             app,
             Stream::Unix(sock),
             PeerAddr::Unix { pid },
@@ -474,8 +474,13 @@ fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i
             worker.clone().spawn(async move {
                 match tokio::net::UnixStream::from_std(std) {
                     Ok(sock) => {
-                        crate::client::serve(app, Stream::Unix(sock), PeerAddr::Unix { pid }, None)
-                            .await
+                        crate::dispatch::serve(
+                            app,
+                            Stream::Unix(sock),
+                            PeerAddr::Unix { pid },
+                            None,
+                        )
+                        .await
                     }
                     Err(e) => tracing::warn!("cannot hand a client to a worker: {e}"),
                 }

@@ -16,7 +16,7 @@ use crate::app::App;
 use crate::client::auth::{authenticate, AuthRequest};
 use crate::client::registry::{ClientEntry, ClientState};
 use crate::client::startup::StartupInfo;
-use crate::client::{ClientConn, EndReason};
+use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
 use crate::net::framed::{read_message, ReadError};
 use crate::net::Stream;

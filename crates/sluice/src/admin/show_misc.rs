@@ -9,7 +9,7 @@ use super::result::{num, text, yes_no, Col, ResultSet};
 use super::PGBOUNCER_COMPAT;
 use crate::app::App;
 use crate::client::registry::ClientEntry;
-use crate::client::ClientConn;
+use crate::conn::ClientConn;
 use crate::pool::servers::ServerRecord;
 use crate::pool::Pool;
 use crate::server::ServerConn;

@@ -17,9 +17,9 @@ use sluice_protocol::{
 };
 
 use super::hba_check::{hba_method, Method};
-use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::auth_query::{self, AuthScope};
+use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
 use crate::net::framed::read_message;
 

@@ -2,7 +2,7 @@
 //! handshake (client_tls_sslmode verify-ca / verify-full); its subject CN must equal the user name.
 
 use super::hba_check::Method;
-use super::ClientConn;
+use crate::conn::ClientConn;
 use crate::error::{sqlstate, ClientNotice};
 
 /// The method for a cert login: identified when the certificate's CN is `user`, else refused

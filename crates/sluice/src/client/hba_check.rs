@@ -3,8 +3,8 @@
 
 use sluice_config::{ClientAddr, HbaMethod, HbaRequest, HbaVerdict};
 
-use super::ClientConn;
 use crate::app::App;
+use crate::conn::ClientConn;
 use crate::error::{sqlstate, ClientNotice};
 use crate::net::{PeerAddr, Stream};
 

@@ -17,11 +17,11 @@ use sluice_protocol::{encode_notice, frontend_tag, peek_header, Severity};
 use tokio::io::AsyncWriteExt;
 
 use super::registry::{ClientEntry, ClientState};
-use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::cancel::CancelHandle;
+use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
 use crate::error::{invalid_server_parameter, sqlstate, ClientNotice};
-use crate::forward::{Prepared, Relay, RelayEnd, RelayScratch, CLIENT_READ_CHUNK};
+use crate::forward::{Prepared, Relay, RelayEnd, RelayScratch};
 use crate::lifecycle::{Lifecycle, Phase};
 use crate::pool::PoolSettings;
 use crate::pool::{Pool, PooledServer};

@@ -9,9 +9,9 @@ use sluice_protocol::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{ClientConn, EndReason};
 use crate::app::App;
 use crate::cancel;
+use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
 use crate::peers;
 use crate::server::params::ParamMap;

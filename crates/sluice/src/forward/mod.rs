@@ -26,7 +26,7 @@ use sluice_protocol::{encode_query, TransactionStatus};
 use tokio::time::{Instant, Sleep};
 
 use crate::cancel::CancelSlot;
-use crate::client::ClientConn;
+use crate::conn::{ClientConn, CLIENT_READ_CHUNK};
 use crate::error::{sqlstate, ClientNotice};
 use crate::pool::RelayTimeouts;
 use crate::prepared::{ClientStatements, StatementRegistry};
@@ -42,9 +42,8 @@ const READ_CAP: usize = 64 * 1024;
 /// Largest server message buffered whole to inspect (ReadyForQuery, ParameterStatus, CommandComplete).
 const INSPECT_MAX: usize = 32 * 1024;
 /// Read buffer growth: servers send result sets, clients mostly short requests (PgBouncer's pkt_buf
-/// is 4 KiB). An idle client with nothing buffered holds no buffer (`Stream::read_when_ready`).
+/// is 4 KiB: `conn::CLIENT_READ_CHUNK`). An idle client with nothing buffered holds no buffer (`Stream::read_when_ready`).
 const READ_CHUNK: usize = 16 * 1024;
-pub const CLIENT_READ_CHUNK: usize = 4 * 1024;
 /// Passes that moved bytes before the relay yields to the worker's other tasks. Its reads and
 /// writes go straight to the sockets (`Stream::poll_read_into`), past tokio's cooperative
 /// budget, so a relay that always has bytes to move (a long COPY) must give way by itself.

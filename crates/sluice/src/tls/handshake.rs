@@ -2,7 +2,7 @@
 //! upgrading the client's socket in place.
 
 use super::ClientTls;
-use crate::client::{ClientConn, EndReason};
+use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
 use crate::net::Stream;
 

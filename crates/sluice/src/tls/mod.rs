@@ -1,6 +1,7 @@
 //! TLS with rustls: the configs for client connections (we are the TLS server) and server
 //! connections (we are the TLS client), built from the `*_tls_*` settings into one `TlsSetup`
-//! that `App` swaps on RELOAD, plus what a connection learned from its handshake.
+//! that `App` swaps on RELOAD. What a connection learned from its handshake (`TlsFacts`) is
+//! defined with the connection, in `crate::conn`.
 
 pub mod acceptor;
 pub mod connector;
@@ -13,20 +14,9 @@ use std::sync::Arc;
 
 use sluice_config::{ConfigError, Settings};
 
+pub use crate::conn::TlsFacts;
 pub use acceptor::ClientTls;
 pub use connector::ServerTls;
-
-/// What the rest of the pooler may know about a client connection's TLS (auth, HBA rules).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsFacts {
-    pub is_tls: bool,
-    /// Subject CN of the client certificate, when one was presented and verified.
-    pub peer_cert_cn: Option<String>,
-    /// tls-server-end-point data of our certificate, for SCRAM-SHA-256-PLUS.
-    pub channel_binding: Option<Vec<u8>>,
-    /// PgBouncer's `tls` column text ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519").
-    pub description: String,
-}
 
 /// A TLS setting that cannot be used. Display names the setting (and the file).
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]

@@ -1,0 +1,126 @@
+//! The client connection as every layer sees it: its socket, buffers, peer and TLS facts
+//! (`ClientConn`), its log label, and how its session ended (`EndReason`). A leaf: it knows
+//! nothing of the phases (`client/`), the admin console, the relay or TLS setup that use it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use sluice_protocol::{encode_error, encode_error_fields, Severity};
+use tokio::io::AsyncWriteExt;
+
+use crate::error::ClientNotice;
+use crate::net::{PeerAddr, Stream};
+use crate::suspend::SuspendGate;
+
+/// Read buffer growth on a client's socket: clients mostly send short requests (PgBouncer's
+/// pkt_buf is 4 KiB). The relay grows server buffers by its own, larger `READ_CHUNK`.
+pub const CLIENT_READ_CHUNK: usize = 4 * 1024;
+
+/// The client's socket and buffers.
+pub struct ClientConn {
+    pub id: u64,
+    pub stream: Stream,
+    /// Bytes read from the client and not yet forwarded or handled.
+    pub rbuf: BytesMut,
+    /// Messages the pooler composes for the client.
+    pub wbuf: BytesMut,
+    pub peer: PeerAddr,
+    /// Database and user once the startup packet named them, for log lines (see `label`).
+    pub names: Option<(String, String)>,
+    /// SUSPEND: where the idle loop and the relay stop reading (carried here so that the relay
+    /// reaches it without another argument).
+    pub suspend: Arc<SuspendGate>,
+    /// TLS facts of this connection (plaintext: `is_tls` false), for auth and HBA rules.
+    pub tls: TlsFacts,
+}
+
+impl ClientConn {
+    pub fn new(id: u64, stream: Stream, peer: PeerAddr, suspend: Arc<SuspendGate>) -> Self {
+        ClientConn {
+            id,
+            stream,
+            // From the worker's spares, and back there on drop (`Drop`): a login allocates no
+            // read buffer in steady state.
+            rbuf: crate::net::spare_buffers::take(CLIENT_READ_CHUNK),
+            wbuf: BytesMut::with_capacity(512),
+            peer,
+            names: None,
+            suspend,
+            tls: TlsFacts::default(),
+        }
+    }
+
+    /// "db/user@addr" ("@addr" before the startup packet) for log lines. Formatted only when a line
+    /// is written: formatting the address costs more than the rest of a login's bookkeeping.
+    pub fn label(&self) -> Label<'_> {
+        Label(self)
+    }
+
+    /// Write whatever was composed in `wbuf`.
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.wbuf.is_empty() {
+            self.stream.write_all(&self.wbuf).await?;
+            self.wbuf.clear();
+        }
+        Ok(())
+    }
+
+    /// Send a FATAL error (best effort, bounded in time) before closing.
+    pub async fn send_fatal(&mut self, notice: &ClientNotice) {
+        match &notice.forwarded {
+            Some(fields) => encode_error_fields(b'E', fields, &mut self.wbuf),
+            None => encode_error(
+                Severity::Fatal,
+                &notice.sqlstate,
+                &notice.message,
+                notice.detail.as_deref(),
+                notice.hint.as_deref(),
+                &mut self.wbuf,
+            ),
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.flush()).await;
+    }
+}
+
+impl Drop for ClientConn {
+    fn drop(&mut self) {
+        crate::net::spare_buffers::give(std::mem::take(&mut self.rbuf), CLIENT_READ_CHUNK);
+    }
+}
+
+/// See [`ClientConn::label`].
+pub struct Label<'a>(&'a ClientConn);
+
+impl fmt::Display for Label<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0.names {
+            Some((database, user)) => write!(f, "{database}/{user}@{}", self.0.peer),
+            None => write!(f, "@{}", self.0.peer),
+        }
+    }
+}
+
+/// How a client session ended, for the disconnect log line.
+#[derive(Debug)]
+pub enum EndReason {
+    /// Closed (or a cancel request) before any startup packet: TCP health checks, not logged.
+    NoSession,
+    ClientClosed,
+    LoginTimeout,
+    Error(ClientNotice),
+    Shutdown,
+}
+
+/// What the rest of the pooler may know about a client connection's TLS (auth, HBA rules).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFacts {
+    pub is_tls: bool,
+    /// Subject CN of the client certificate, when one was presented and verified.
+    pub peer_cert_cn: Option<String>,
+    /// tls-server-end-point data of our certificate, for SCRAM-SHA-256-PLUS.
+    pub channel_binding: Option<Vec<u8>>,
+    /// PgBouncer's `tls` column text ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519").
+    pub description: String,
+}

@@ -1,0 +1,288 @@
+//! A connection from accept to disconnect: which session it runs. The startup packet decides
+//! between a pool session (`client/`) and the admin console (`admin/`); this is the one module
+//! that knows both. It also counts the client while it lives, carries its session between
+//! workers, and owns the disconnect logging.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+
+use crate::app::App;
+use crate::client::{kill, login, registry, session, startup};
+use crate::conn::{ClientConn, EndReason};
+use crate::error::ClientNotice;
+use crate::net::{PeerAddr, Stream};
+
+/// Counts a connected client while it lives.
+pub struct ClientGuard {
+    app: Arc<App>,
+}
+
+impl ClientGuard {
+    pub fn new(app: &Arc<App>) -> (Self, usize) {
+        let n = app.client_count.fetch_add(1, Ordering::AcqRel) + 1;
+        (ClientGuard { app: app.clone() }, n)
+    }
+}
+
+impl Drop for ClientGuard {
+    fn drop(&mut self) {
+        self.app.client_count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Counts a pool client on the worker running its session (`Workers::enter`), while it runs there.
+struct WorkerSeat<'a> {
+    app: &'a App,
+    worker: usize,
+}
+
+impl<'a> WorkerSeat<'a> {
+    fn take(app: &'a App) -> Self {
+        WorkerSeat {
+            worker: app.workers.enter(),
+            app,
+        }
+    }
+}
+
+impl Drop for WorkerSeat<'_> {
+    fn drop(&mut self) {
+        self.app.workers.leave(self.worker);
+    }
+}
+
+/// What a client's task carries from worker to worker besides its session.
+struct Carried {
+    /// Held for their `Drop`: the client counts and its SHOW CLIENTS entry end with the client.
+    _guard: ClientGuard,
+    _registration: registry::Registration,
+    client: ClientConn,
+}
+
+/// Serve one accepted connection to completion.
+///
+/// A plain fn that sets the client up at once and returns an `async move` block, rather than an
+/// `async fn`: an async fn's state keeps its by-value arguments, and here also the socket moved
+/// into the `ClientConn`, next to the locals made from them (~160 bytes), and this state is
+/// every client's task for its whole life.
+///
+/// `listen_addr`: the listening socket's address when it names one IP, which is then the
+/// connection's local address (SHOW CLIENTS) without a `getsockname` call per login; `None` for a
+/// wildcard listener (`*`), where the call is made.
+pub fn serve(
+    app: Arc<App>,
+    stream: Stream,
+    peer: PeerAddr,
+    listen_addr: Option<std::net::SocketAddr>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (guard, count) = ClientGuard::new(&app);
+    let id = app.next_client_id();
+    let registration = app.registry.register(id, peer.clone());
+    if let Some(s) = stream.tcp() {
+        if let Some(a) = listen_addr.or_else(|| s.local_addr().ok()) {
+            let _ = registration.entry.local_addr.set(a);
+        }
+    }
+    let mut client = ClientConn::new(id, stream, peer, app.control.gate().clone());
+    async move {
+        let outcome = run(&app, &mut client, count, &registration.entry).await;
+        let carried = Carried {
+            _guard: guard,
+            _registration: registration,
+            client,
+        };
+        // Boxed: the closing steps (a FATAL bounded in time, the shutdown) would otherwise size every
+        // idle client's task for them, although they run once, at the end.
+        Box::pin(conclude(app, carried, outcome)).await;
+    }
+}
+
+/// After a session run: close the client, or carry its session over to another worker's task.
+async fn conclude(app: Arc<App>, mut carried: Carried, outcome: session::Outcome) {
+    match outcome {
+        session::Outcome::End(reason) => end(&app, &mut carried.client, reason).await,
+        session::Outcome::Move(to, s) => {
+            let workers = &app.workers;
+            workers.spawn_on(to, resume(app.clone(), carried, s));
+        }
+    }
+}
+
+/// The session of a client that moved here from another worker: its socket is registered with this
+/// worker's IO driver, then the session loop goes on where it stopped (between transactions).
+/// A boxed trait object so that a session may move again from inside it.
+fn resume(
+    app: Arc<App>,
+    mut carried: Carried,
+    s: Box<session::Session>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        if let Err(e) = carried.client.stream.move_to_current_worker() {
+            tracing::warn!(
+                "C-{}: {} cannot move to another worker: {e}",
+                carried.client.id,
+                carried.client.label()
+            );
+            return;
+        }
+        let outcome = {
+            let _seat = WorkerSeat::take(&app);
+            Box::pin(session::run(&app, &mut carried.client, s)).await
+        };
+        Box::pin(conclude(app, carried, outcome)).await;
+    })
+}
+
+/// The end of a client: the FATAL it is owed, the disconnect log line, the socket shut down.
+async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
+    let cfg = app.config();
+    match &reason {
+        EndReason::Error(n) => {
+            if cfg.settings.log_pooler_errors {
+                tracing::warn!(
+                    "C-{}: {} pooler error: {}",
+                    client.id,
+                    client.label(),
+                    n.message
+                );
+            }
+            client.send_fatal(n).await;
+        }
+        EndReason::LoginTimeout => {
+            client
+                .send_fatal(&ClientNotice::new(
+                    crate::error::sqlstate::PROTOCOL_VIOLATION,
+                    "client_login_timeout",
+                ))
+                .await;
+        }
+        EndReason::Shutdown => {
+            client
+                .send_fatal(&ClientNotice::new(
+                    crate::error::sqlstate::ADMIN_SHUTDOWN,
+                    "server shutting down",
+                ))
+                .await;
+        }
+        EndReason::ClientClosed | EndReason::NoSession => {}
+    }
+    if cfg.settings.log_disconnections && !matches!(reason, EndReason::NoSession) {
+        let why = match &reason {
+            EndReason::ClientClosed | EndReason::NoSession => "client close request".to_string(),
+            EndReason::LoginTimeout => "client_login_timeout".to_string(),
+            EndReason::Error(n) => n.message.clone(),
+            EndReason::Shutdown => "server shutting down".to_string(),
+        };
+        tracing::info!(
+            "C-{}: {} closing because: {}",
+            client.id,
+            client.label(),
+            why
+        );
+    }
+    // A plaintext client that closed (Terminate or EOF) is owed nothing more: closing the socket
+    // (on drop) sends the FIN, a shutdown first would be one more system call per login. TLS
+    // still sends its close_notify; after an error the FIN goes out behind the FATAL.
+    if client.stream.is_tls() || !matches!(reason, EndReason::ClientClosed | EndReason::NoSession) {
+        let _ = client.stream.shutdown().await;
+    }
+}
+
+/// Where a login leads: a pool, or the admin console.
+enum LoggedIn {
+    /// Boxed: it lives as long as the client and is much larger than the admin variant.
+    Pool(Box<session::Session>),
+    Admin(startup::StartupInfo, crate::admin::Access),
+}
+
+async fn run(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    count: usize,
+    entry: &Arc<registry::ClientEntry>,
+) -> session::Outcome {
+    let accepted = tokio::time::Instant::now();
+    // In a block, so that nothing of the login (its result, the config it read) is kept in this
+    // future while the session runs: the session's future holds only what the session needs.
+    let s = {
+        // Boxed: the login state machine (TLS handshake, SASL exchange: ~3 KiB, and the login
+        // timer) is freed once the client is in, instead of staying inside every idle client's
+        // task for its lifetime (an admin console client's session runs in it).
+        match Box::pin(login_phase(app, client, count, entry)).await {
+            Ok(s) => s,
+            Err(outcome) => return outcome,
+        }
+    };
+    s.pool
+        .stats
+        .login_time
+        .observe_us(accepted.elapsed().as_micros() as u64);
+    // Boxed: the session's state machine is large, and keeping it out of the spawned
+    // future spares copying it while the task is created and polled. The session stays
+    // in its own box: an async fn keeps a by-value argument twice in its state (as the
+    // argument and as the local), which every idle client would pay for.
+    let _seat = WorkerSeat::take(app);
+    Box::pin(session::run(app, client, s)).await
+}
+
+/// The startup packet, authentication and pool login, stopped by the kill switch: KILL_CLIENT,
+/// SUSPEND running out of suspend_timeout, or the janitor when client_login_timeout ran out
+/// (`ClientRegistry::expire_logins`). The pool session to run, or how the client ended (an admin
+/// console client's whole session runs in here, after its login phase).
+async fn login_phase(
+    app: &Arc<App>,
+    client: &mut ClientConn,
+    count: usize,
+    entry: &Arc<registry::ClientEntry>,
+) -> Result<Box<session::Session>, session::Outcome> {
+    let cfg = app.config();
+    let in_login = app.registry.login_started(entry);
+    // Boxed where it is made (its ~3 KiB are then copied once, into the box, not again into the
+    // select below, whose state holds the box's pointer).
+    let login = Box::pin(async {
+        let info = match startup::read_startup(app, client).await {
+            Ok(startup::Startup::Login(info)) => {
+                if client.tls.is_tls {
+                    let _ = entry.tls.set(client.tls.description.clone());
+                }
+                info
+            }
+            Ok(startup::Startup::Done) => return Err(EndReason::NoSession),
+            Err(e) => return Err(e),
+        };
+        // The console is reachable even when max_client_conn is used up, as in PgBouncer.
+        if info.database == crate::admin::ADMIN_DB {
+            let access = crate::admin::session::login(app, client, &info).await?;
+            return Ok(LoggedIn::Admin(info, access));
+        }
+        if count > cfg.settings.max_client_conn as usize && cfg.settings.max_client_conn != 0 {
+            return Err(EndReason::Error(ClientNotice::new(
+                crate::error::sqlstate::PROTOCOL_VIOLATION,
+                "no more connections allowed (max_client_conn)",
+            )));
+        }
+        login::login(app, client, info, entry.clone())
+            .await
+            .map(|s| LoggedIn::Pool(Box::new(s)))
+    });
+    let logged_in = tokio::select! {
+        r = login => r,
+        _ = entry.kill.cancelled() => Err(match entry.kill.reason() {
+            kill::KillReason::LoginTimeout => EndReason::LoginTimeout,
+            _ => EndReason::Error(entry.kill.notice()),
+        }),
+    };
+    drop(in_login);
+    match logged_in {
+        Ok(LoggedIn::Pool(s)) => Ok(s),
+        Ok(LoggedIn::Admin(info, access)) => Err(session::Outcome::End(
+            Box::pin(crate::admin::session::run(
+                app, client, &info, access, entry,
+            ))
+            .await,
+        )),
+        Err(reason) => Err(session::Outcome::End(reason)),
+    }
+}
