@@ -27,6 +27,7 @@ for i in $(seq 1 60); do run $PGB/psql -h 127.0.0.1 -p 55432 -U postgres -Atc 's
 run $PGB/psql -h 127.0.0.1 -p 55432 -U postgres -Atc 'select version()' || { tail -20 $W/pg.log; exit 1; }
 echo ';' > $W/empty.sql
 
+busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8; exit}' /proc/stat; }
 cpu_of() { local t=0; for p in "$@"; do set -- $(cut -d')' -f2 /proc/$p/stat); t=$((t + ${12} + ${13})); done; echo $t; }
 
 render() { # $1 file, $2 pool size, $3 extra [pgbouncer] lines, $4 extra tail section
@@ -53,14 +54,14 @@ EOF
 echo '"postgres" ""' > $W/userlist.txt; chown 65534 $W/userlist.txt
 
 RESULTS=$OUTD/results.tsv
-printf 'target\tscript\tclients\tthreads\ttps\tlat_ms\tfailed\tpooler_cpu_s\tpooler_cores\tpooler_us_per_tx\n' > $RESULTS
+printf 'target\tscript\tclients\tthreads\ttps\tlat_ms\tfailed\tpooler_cpu_s\tpooler_cores\tpooler_us_per_tx\tmachine_cores\n' > $RESULTS
 
 bench() { # $1 label, $2 script(-S|empty), $3 clients, $4 threads, $5 secs, pids...
   local label=$1 scr=$2 c=$3 j=$4 T=$5; shift 5
   local sarg; if [ "$scr" = empty ]; then sarg="-f $W/empty.sql"; else sarg="-S"; fi
-  local c0; c0=$(cpu_of "$@")
+  local c0; c0=$(cpu_of "$@"); local m0; m0=$(busy_jiffies)
   local out; out=$(run $PGB/pgbench -h 127.0.0.1 -p 19532 -U postgres -n $sarg -c $c -j $j -T $T -P 5 postgres 2>&1)
-  local c1; c1=$(cpu_of "$@")
+  local c1; c1=$(cpu_of "$@"); local m1; m1=$(busy_jiffies)
   local tps lat failed
   tps=$(echo "$out" | awk '/^tps = /{print $3; exit}')
   lat=$(echo "$out" | awk '/latency average/{print $4; exit}')
@@ -69,7 +70,8 @@ bench() { # $1 label, $2 script(-S|empty), $3 clients, $4 threads, $5 secs, pids
   local cpu; cpu=$(awk -v a=$c0 -v b=$c1 -v hz=$hz 'BEGIN{printf "%.1f",(b-a)/hz}')
   local cores; cores=$(awk -v s=$cpu -v t=$T 'BEGIN{printf "%.2f",s/t}')
   local us; us=$(awk -v s=$cpu -v tps=$tps -v t=$T 'BEGIN{ if (tps>0) printf "%.1f",s*1e6/(tps*t); else print "NA"}')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$scr" $c $j "$tps" "$lat" "${failed:-0}" "$cpu" "$cores" "$us" | tee -a $RESULTS
+  local mc; mc=$(awk -v a=$m0 -v b=$m1 -v hz=$hz -v t=$T 'BEGIN{printf "%.1f",(b-a)/hz/t}')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$scr" $c $j "$tps" "$lat" "${failed:-0}" "$cpu" "$cores" "$us" "$mc" | tee -a $RESULTS
   echo "$out" | grep -E 'aborted|error|ERROR' | head -3
 }
 waitport() { for i in $(seq 1 50); do run $PGB/psql -h 127.0.0.1 -p 19532 -U postgres -Atc 'select 1' postgres >/dev/null 2>&1 && return 0; sleep 0.2; done; echo "pooler did not come up"; return 1; }
@@ -111,9 +113,11 @@ ${DEVB_SLUICE_EXTRA:-}"
 }
 # direct reference (max 300 clients)
 echo "== direct"
-[ -n "${DEVB_SKIP_DIRECT:-}" ] || for s in "empty:300:8" "select:300:8"; do IFS=: read scr c j <<< "$s"
+[ -n "${DEVB_SKIP_DIRECT:-}" ] || for s in ${DEVB_DIRECT:-"empty:300:8 select:300:8"}; do IFS=: read scr c j <<< "$s"
+  m0=$(busy_jiffies)
   out=$(run $PGB/pgbench -h 127.0.0.1 -p 55432 -U postgres -n $([ $scr = empty ] && echo "-f $W/empty.sql" || echo -S) -c $c -j $j -T $T postgres 2>&1)
-  printf 'direct\t%s\t%s\t%s\t%s\n' $scr $c $j "$(echo "$out" | awk '/^tps = /{print $3; exit}')" | tee -a $RESULTS
+  mc=$(awk -v a=$m0 -v b=$(busy_jiffies) -v hz=$(getconf CLK_TCK) -v t=$T 'BEGIN{printf "%.1f",(b-a)/hz/t}')
+  printf 'direct\t%s\t%s\t%s\t%s\t\t\t\t\t\t%s\n' $scr $c $j "$(echo "$out" | awk '/^tps = /{print $3; exit}')" "$mc" | tee -a $RESULTS
 done
 TARGETS=${DEVB_TARGETS:-"pgb:1 sl:1 sl:2 sl:4 sl:8 sl:0 pgb:4"}
 for spec in $TARGETS; do
