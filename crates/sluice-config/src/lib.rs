@@ -7,6 +7,7 @@
 mod connstr;
 mod database;
 mod diff;
+mod endpoint;
 mod error;
 mod hba;
 mod hba_lex;

@@ -35,6 +35,8 @@ pub struct Config {
     pub unsupported: Vec<(String, String)>,
     /// Lines the pooler logs once at start about how it read the file (aliases), "file:line: ...".
     pub notes: Vec<String>,
+    /// Where each `[sluice]` key was last set: (file, line).
+    pub sluice_set_at: HashMap<String, (String, usize)>,
 }
 
 impl Config {
@@ -51,6 +53,19 @@ impl Config {
     /// The [peers] entry with this id.
     pub fn peer(&self, id: u16) -> Option<&PeerEntry> {
         self.peers.iter().find(|p| p.id == id)
+    }
+
+    /// A load error about the `[sluice]` key `key`, naming the file and line that set it (the
+    /// main file alone when the file does not set it): for what only the pooler can check, such
+    /// as whether a certificate named by a key can be read.
+    pub fn sluice_key_error(&self, key: &str, reason: impl Into<String>) -> ConfigError {
+        match self.sluice_set_at.get(key) {
+            Some((file, line)) => ConfigError::key(file, *line, key, reason),
+            None => ConfigError::io(
+                &self.path.display().to_string(),
+                format!("{key}: {}", reason.into()),
+            ),
+        }
     }
 }
 
@@ -97,6 +112,7 @@ fn assemble(items: Vec<IniItem>, path: PathBuf) -> Result<Config, ConfigError> {
         peers: Vec::new(),
         unsupported: Vec::new(),
         notes: Vec::new(),
+        sluice_set_at: HashMap::new(),
     };
     // Last place each [pgbouncer] key was set: (order, "file:line").
     let mut set_at: HashMap<String, (usize, String)> = HashMap::new();
@@ -138,10 +154,12 @@ fn assemble(items: Vec<IniItem>, path: PathBuf) -> Result<Config, ConfigError> {
                             .map_err(|e| set_error(e, &file, line, &key))?;
                         set_at.insert(key, (order, format!("{file}:{line}")));
                     }
-                    Section::Sluice => cfg
-                        .sluice
-                        .set(&key, &value)
-                        .map_err(|e| set_error(e, &file, line, &key))?,
+                    Section::Sluice => {
+                        cfg.sluice
+                            .set(&key, &value)
+                            .map_err(|e| set_error(e, &file, line, &key))?;
+                        cfg.sluice_set_at.insert(key, (file, line));
+                    }
                     Section::Databases => {
                         let db = DatabaseEntry::parse(&key, &value, &file, line)?;
                         if db.name == "*" {
@@ -179,6 +197,7 @@ fn assemble(items: Vec<IniItem>, path: PathBuf) -> Result<Config, ConfigError> {
             ),
         ));
     }
+    crate::endpoint::check(&cfg)?;
     cfg.unsupported = unsupported(&cfg.settings, set_at);
     Ok(cfg)
 }

@@ -123,7 +123,10 @@ declare_settings! {
     /// The `[sluice]` section: settings PgBouncer does not have.
     pub struct SluiceSettings in SLUICE_SETTINGS {
         max_pinned_clients: u32 = "0", reloadable, supported, "Transaction/statement mode: most clients per pool that session state may pin to their server at once (0 = no limit); past it such statements fail with 0A000.";
+        metrics_auth_file: String = "", reloadable, supported, "File in auth_file format (`\"user\" \"password\"` per line, plaintext passwords) naming who may read the HTTP endpoint with basic auth; /health, /health/ready and /health/live stay open for probes; empty = no auth.";
         metrics_listen_addr: Option<String> = "", fixed, supported, "host:port of the HTTP listener serving Prometheus /metrics and /health (e.g. 127.0.0.1:9127); empty = off.";
+        metrics_tls_cert_file: String = "", reloadable, supported, "Certificate (PEM, chain allowed) of the HTTP endpoint: with metrics_tls_key_file set it speaks HTTPS only; empty = plain HTTP.";
+        metrics_tls_key_file: String = "", reloadable, supported, "Private key (PEM) for metrics_tls_cert_file.";
         pin_session_state: bool = "1", reloadable, supported, "Transaction/statement mode: session state (advisory locks, LISTEN, temp tables, WITH HOLD cursors, SQL PREPARE, LOAD) keeps the client on its server until it is gone (1), or the statement fails with SQLSTATE 0A000 (0).";
         worker_spread_percent: u32 = "75", reloadable, supported, "How busy a worker may get (percent of one CPU over a second) before clients spread to one more worker; while the load fits on fewer workers, clients gather on them (fewer wake-ups per query, less CPU); 0 = always use every worker.";
         workers: u32 = "0", fixed, supported, "Worker threads, each running its own event loop; clients use as many of them as the load needs (worker_spread_percent), pools and limits are shared; 0 = number of CPU cores.";
