@@ -81,7 +81,8 @@ mod tests {
         );
         // Not in the file (default, or SET on the console): the main file, without a line.
         assert_eq!(
-            c.sluice_key_error("metrics_tls_cert_file", "bad").to_string(),
+            c.sluice_key_error("metrics_tls_cert_file", "bad")
+                .to_string(),
             "p.ini: metrics_tls_cert_file: bad"
         );
     }

@@ -33,6 +33,8 @@ pub struct App {
     pub config: ArcSwap<Config>,
     /// TLS configs of both sides, rebuilt on RELOAD (a broken certificate keeps the old ones).
     pub tls: ArcSwap<TlsSetup>,
+    /// TLS and basic auth of the HTTP endpoint, rebuilt on RELOAD like `tls`.
+    pub metrics_access: ArcSwap<crate::metrics::Access>,
     pub credentials: Credentials,
     /// auth_type = hba rules (auth_hba_file + auth_ident_file).
     pub hba: HbaState,
@@ -90,6 +92,7 @@ impl App {
         hba.load(&config.settings)?;
         let tls = TlsSetup::load(&config.settings)
             .map_err(|e| e.into_config_error(&config_path.display().to_string()))?;
+        let metrics_access = crate::metrics::Access::load(&config)?;
         let mut mock_key = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut mock_key);
         let stat_shards = worker_count(config.sluice.workers);
@@ -98,6 +101,7 @@ impl App {
             tracked: TrackedSet::new(&config.settings.track_extra_parameters),
             config: ArcSwap::from_pointee(config),
             tls: ArcSwap::from_pointee(tls),
+            metrics_access: ArcSwap::from_pointee(metrics_access),
             credentials,
             hba,
             auth_query_cache: AuthQueryCache::default(),
@@ -204,6 +208,7 @@ impl App {
         // the running TLS (and every established connection) is kept.
         let tls = TlsSetup::load(&new.settings)
             .map_err(|e| e.into_config_error(&self.config_path.display().to_string()))?;
+        let metrics_access = crate::metrics::Access::load(&new)?;
         self.credentials.load(new.settings.auth_file.as_deref())?;
         let old = self.config();
         let diff = sluice_config::diff(&old, &new);
@@ -224,6 +229,7 @@ impl App {
         self.scram_cache.clear();
         self.config.store(Arc::new(new));
         self.tls.store(Arc::new(tls));
+        self.metrics_access.store(Arc::new(metrics_access));
         self.warn_unsupported();
         self.refresh_pools();
         tracing::info!(
@@ -255,10 +261,15 @@ impl App {
         if matches!(key, "auth_user" | "auth_query" | "auth_dbname") {
             self.auth_query_cache.clear();
         }
-        if key.contains("_tls") {
+        if pgbouncer && key.contains("_tls") {
             let tls = TlsSetup::load(&cfg.settings)
                 .map_err(|e| sluice_config::SetError::BadValue(e.to_string()))?;
             self.tls.store(Arc::new(tls));
+        }
+        if key.starts_with("metrics_") {
+            let access = crate::metrics::Access::load(&cfg)
+                .map_err(|e| sluice_config::SetError::BadValue(e.to_string()))?;
+            self.metrics_access.store(Arc::new(access));
         }
         self.config.store(Arc::new(cfg));
         self.refresh_pools();

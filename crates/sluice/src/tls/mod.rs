@@ -7,6 +7,7 @@ pub mod acceptor;
 pub mod connector;
 pub mod describe;
 pub mod handshake;
+pub mod http;
 pub mod pem;
 pub mod versions;
 
