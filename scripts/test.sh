@@ -38,6 +38,10 @@ command -v go >/dev/null || missing+=(golang-go)
 { command -v node >/dev/null && command -v npm >/dev/null; } || missing+=(nodejs npm)
 # deploy/systemd/sluice.service is checked with systemd-analyze verify (tests/tests/deploy.rs).
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+# docs/sluice.1 is rendered with groff -ww (tests/tests/manpage.rs).
+command -v groff >/dev/null || missing+=(groff-base)
+# deploy/container/Containerfile is built and run with buildah (tests/tests/container.rs).
+command -v buildah >/dev/null || missing+=(buildah)
 # The dashboard is loaded in a real headless browser (tests/tests/dashboard.rs).
 { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; } || missing+=(chromium)
 
@@ -62,6 +66,27 @@ fi
 
 log "cargo build --workspace --all-targets"
 cargo build --workspace --all-targets
+
+# The container image test (tests/tests/container.rs) puts a static binary on `scratch`, built as
+# the Containerfile builds it (crt-static needs --target; debug profile here, to keep it short).
+static_target="$(uname -m)-unknown-linux-gnu"
+log "cargo build -p sluice --target $static_target (crt-static, for the container image test)"
+RUSTFLAGS='-C target-feature=+crt-static' cargo build -p sluice --bin sluice --target "$static_target" \
+    || { log "WARNING: static build failed; tests/tests/container.rs will SKIP"
+         rm -f "target/$static_target/debug/sluice"; }
+
+# deploy/kubernetes/ is validated offline (tests/tests/kubernetes.rs) against the Kubernetes schemas
+# that the PyPI package kubernetes-validate bundles, from a virtualenv under target/tools.
+k8s_venv=target/tools/kubernetes-validate
+if ! "$k8s_venv/bin/python3" -c 'import kubernetes_validate' >/dev/null 2>&1; then
+    log "installing kubernetes-validate into $k8s_venv"
+    rm -rf "$k8s_venv"
+    if ! { python3 -m venv "$k8s_venv" \
+        && "$k8s_venv/bin/pip" install -q --disable-pip-version-check 'kubernetes-validate==1.37.0'; }; then
+        log "WARNING: could not install kubernetes-validate; tests/tests/kubernetes.rs will SKIP its schema checks"
+        rm -rf "$k8s_venv"
+    fi
+fi
 
 status=0
 log "cargo test --workspace${SLUICE_TEST_FILTER:+ $SLUICE_TEST_FILTER}"
