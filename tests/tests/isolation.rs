@@ -161,6 +161,80 @@ async fn a_query_inside_copy_in_is_refused() {
     assert_eq!(n, "0");
 }
 
+/// COPY FROM STDIN over the extended protocol, as tokio-postgres sends it (Parse/Bind/Execute/Sync
+/// in one write, then the data once CopyInResponse came): the Sync sent before the data is
+/// ignored by the server, so the server still owes a ReadyForQuery (for the Sync after CopyDone)
+/// and stays the copying client's. Another client queued for the only server must not get it
+/// mid-COPY (its query would break the COPY, or the COPY's data would reach another server).
+#[tokio::test]
+async fn copy_in_over_the_extended_protocol_keeps_its_server_until_it_ends() {
+    // Without prepared-statement rewriting the relay keeps no reply queue: only its counts say
+    // that the COPY is still open.
+    copy_in_extended("max_prepared_statements = 0").await;
+    copy_in_extended("max_prepared_statements = 100").await;
+}
+
+async fn copy_in_extended(extra: &str) {
+    use sluice_e2e::RawConn;
+    let s = bad_input_common::start(&format!(
+        "pool_mode = transaction\ndefault_pool_size = 1\n{extra}"
+    ));
+    bad_input_common::su(
+        "app",
+        "DROP TABLE IF EXISTS isolation_copy_ext; CREATE TABLE isolation_copy_ext(x int); \
+         GRANT ALL ON isolation_copy_ext TO PUBLIC"
+            .into(),
+    )
+    .await;
+    let mut a = raw_login(&s, &[]).await;
+    let mut b = raw_login(&s, &[]).await;
+    let mut batch = RawConn::message(b'P', b"\0COPY isolation_copy_ext FROM STDIN\0\0\0");
+    batch.extend(RawConn::message(b'B', b"\0\0\0\0\0\0\0\0"));
+    batch.extend(RawConn::message(b'E', b"\0\0\0\0\0"));
+    batch.extend(RawConn::message(b'S', b""));
+    a.send(&batch).await;
+    for want in [b'1', b'2', b'G'] {
+        let (tag, body) = a
+            .read_message(PROMPT)
+            .await
+            .expect("a reply to the COPY batch");
+        assert_eq!(tag, want, "{:?}", String::from_utf8_lossy(&body));
+    }
+    // Another client asks for the only server while the COPY is open.
+    let other = tokio::spawn(async move {
+        let r =
+            tokio::time::timeout(Duration::from_secs(5), raw_scalar(&mut b, "SELECT 41 + 1")).await;
+        (r, b)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut rest = RawConn::message(b'd', b"7\n");
+    rest.extend(RawConn::message(b'c', b""));
+    rest.extend(RawConn::message(b'S', b""));
+    a.send(&rest).await;
+    let mut tags = Vec::new();
+    loop {
+        let (tag, body) = a.read_message(PROMPT).await.expect("the end of the COPY");
+        assert_ne!(
+            tag,
+            b'E',
+            "COPY failed: {:?}",
+            String::from_utf8_lossy(&body)
+        );
+        tags.push(tag);
+        if tag == b'Z' {
+            break;
+        }
+    }
+    assert_eq!(tags, b"CZ");
+    let (r, _b) = other.await.unwrap();
+    assert_eq!(
+        r.expect("the queued client was served after the COPY"),
+        "42"
+    );
+    let n = bad_input_common::su("app", "SELECT count(*) FROM isolation_copy_ext".into()).await;
+    assert_eq!(n, "1");
+}
+
 /// The fault run's scenario: connections sending undefined types beside a steady load on a small
 /// pool; not one of the normal clients' queries fails.
 #[tokio::test]

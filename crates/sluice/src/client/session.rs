@@ -21,7 +21,7 @@ use crate::app::App;
 use crate::cancel::CancelHandle;
 use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
 use crate::error::{invalid_server_parameter, sqlstate, ClientNotice};
-use crate::forward::{Prepared, Relay, RelayEnd, RelayScratch};
+use crate::forward::{Prepared, Relay, RelayEnd, RelayRules, RelayScratch, SessionParts};
 use crate::lifecycle::{Lifecycle, Phase};
 use crate::pool::PoolSettings;
 use crate::pool::{Pool, PooledServer};
@@ -400,20 +400,20 @@ async fn relay_once(
             || s.pool.pinned_clients() < max_pinned);
     let tracking = pooled.then_some((&mut s.tracker, may_pin));
     let relay_ahead = s.relay_scratch.ahead_pending();
-    let mut relay = Relay::new(
-        client,
-        server,
-        &mut s.params,
-        &app.tracked,
-        &s.pool.stats,
+    let parts = SessionParts {
+        client_params: &mut s.params,
+        tracked: &app.tracked,
+        stats: &s.pool.stats,
         prepared,
         tracking,
-        settings.mode,
-        settings.connect.max_packet_size,
-        &settings.relay,
-        &mut s.relay_scratch,
-        from,
-    );
+        scratch: &mut s.relay_scratch,
+    };
+    let rules = RelayRules {
+        mode: settings.mode,
+        max_packet: settings.connect.max_packet_size,
+        timeouts: &settings.relay,
+    };
+    let mut relay = Relay::new(client, server, parts, rules, from);
     if relay_ahead {
         relay.link_cancel_after_lead(&s.cancel.slot);
     }

@@ -8,8 +8,9 @@ use sluice_protocol::{
     encode_ready_for_query, frontend_tag, peek_header, Severity,
 };
 
+use super::core::{client_violation, RelayCore};
 use super::expect::{Action, Expect};
-use super::{client_violation, Relay, RelayEnd};
+use super::RelayEnd;
 use crate::error::sqlstate;
 use crate::prepared::Statement;
 use crate::session_state::policy::FEATURE_NOT_SUPPORTED;
@@ -31,7 +32,7 @@ enum Step {
     Wait,
 }
 
-impl Relay<'_> {
+impl RelayCore<'_> {
     /// How the server will read the client's SQL: with the client's standard_conforming_strings,
     /// which the server has by the time the SQL runs (its SET may be on the way ahead of the
     /// request: `RelayScratch::send_ahead`), or the server's when the client has none.
@@ -218,7 +219,7 @@ impl Relay<'_> {
             ),
             &mut self.scratch.s_inject,
         );
-        encode_ready_for_query(self.server.status, &mut self.scratch.s_inject);
+        encode_ready_for_query(*self.server.status, &mut self.scratch.s_inject);
         Ok(Step::Consumed)
     }
 

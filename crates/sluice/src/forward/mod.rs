@@ -11,8 +11,15 @@
 //!
 //! A relay may start with a pooler query ahead of the client's request (the session's SETs,
 //! `RelayScratch::send_ahead`): the server's replies through its ReadyForQuery are dropped first.
+//!
+//! The protocol state is `core::RelayCore`, which does no IO (unit-tested over recorded message
+//! streams in `core_tests.rs`); this file is the IO shell around it: the poll loop that writes
+//! what the core says may go, reads into the core's buffers, and runs the timers.
 
 mod client_scan;
+pub mod core;
+#[cfg(test)]
+mod core_tests;
 pub mod expect;
 mod server_scan;
 
@@ -20,27 +27,23 @@ use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, BytesMut};
-use sluice_config::PoolMode;
-use sluice_protocol::{encode_query, TransactionStatus};
+use bytes::BytesMut;
+use sluice_protocol::encode_query;
 use tokio::time::{Instant, Sleep};
 
 use crate::cancel::CancelSlot;
 use crate::conn::{ClientConn, CLIENT_READ_CHUNK};
-use crate::error::{sqlstate, ClientNotice};
-use crate::pool::RelayTimeouts;
+use crate::error::ClientNotice;
+use crate::net::Stream;
 use crate::prepared::{ClientStatements, StatementRegistry};
-use crate::server::params::{ParamMap, TrackedSet};
 use crate::server::ServerConn;
-use crate::session_state::tracker::SessionTracker;
-use crate::stats::PoolStats;
+use crate::suspend::SuspendGate;
+pub use core::{ClientSide, RelayCore, RelayRules, ServerSide, SessionParts, Timeout};
 use expect::ExpectQueue;
 
 /// Stop reading a side once this many bytes wait to be written to the other (unless a message
 /// that must be inspected whole is longer).
 const READ_CAP: usize = 64 * 1024;
-/// Largest server message buffered whole to inspect (ReadyForQuery, ParameterStatus, CommandComplete).
-const INSPECT_MAX: usize = 32 * 1024;
 /// Read buffer growth: servers send result sets, clients mostly short requests (PgBouncer's pkt_buf
 /// is 4 KiB: `conn::CLIENT_READ_CHUNK`). An idle client with nothing buffered holds no buffer (`Stream::read_when_ready`).
 const READ_CHUNK: usize = 16 * 1024;
@@ -133,147 +136,44 @@ impl RelayScratch {
     }
 }
 
-/// Per-direction scan position: `ready` bytes at the front of the buffer are inspected and may be
-/// written; `remaining` bytes of a message being streamed through have not arrived yet; `need` is
-/// how many bytes the scanner waits for to inspect a message whole (lifts the read cap).
-#[derive(Debug, Default, Clone, Copy)]
-struct Scan {
-    ready: usize,
-    remaining: usize,
-    need: usize,
-}
-
-/// `n` bytes of `inject` and then of the ready prefix of `rbuf` (`scan`) were written.
-fn wrote(n: usize, inject: &mut BytesMut, rbuf: &mut BytesMut, scan: &mut Scan) {
-    let injected = n.min(inject.len());
-    inject.advance(injected);
-    let rest = n - injected;
-    if rest > 0 {
-        rbuf.advance(rest);
-        scan.ready -= rest;
-        scan.need = scan.need.saturating_sub(rest);
-    }
-}
-
+/// The IO shell of a relay: the two sockets, SUSPEND's gate, the timer, and the protocol state.
 pub struct Relay<'a> {
-    client: &'a mut ClientConn,
-    server: &'a mut ServerConn,
-    client_params: &'a mut ParamMap,
-    tracked: &'a TrackedSet,
-    stats: &'a PoolStats,
-    prepared: Option<Prepared<'a>>,
-    /// Session-state tracking (transaction/statement mode).
-    tracker: Option<&'a mut SessionTracker>,
-    /// Whether the policy lets session state pin a client (else such statements are refused).
-    may_pin: bool,
-    /// The current client message was already shown to the tracker (scans may pause and resume).
-    c_observed: bool,
-    mode: PoolMode,
-    max_packet: usize,
-    /// The pool's (its settings outlive the relay): a reference keeps the relay, which is
-    /// written afresh per transaction, a cache line smaller.
-    timeouts: &'a RelayTimeouts,
-    c: Scan,
-    s: Scan,
-    /// The server reported an error in an extended-protocol batch: it ignores everything until Sync.
-    discard_until_sync: bool,
-    /// ReadyForQuery messages the server still owes (one per Query, Sync, FunctionCall, and one
-    /// for a query sent ahead: `RelayScratch::send_ahead`).
-    pending_rfq: u32,
-    /// Extended-protocol messages sent since the last Sync.
-    unsynced: bool,
-    /// Syncs the client sent after its last Execute/Query and before a CopyDone/CopyFail: if that
-    /// command turns out to be COPY FROM STDIN, the server ignores them (no ReadyForQuery).
-    syncs_in_copy_window: u32,
-    copy_done_in_window: bool,
-    /// The server is in COPY IN and the client has not ended it yet: its Syncs are ignored.
-    copy_in_open: bool,
-    client_done: bool,
-    /// This wake-up's clock reading, taken at its first use and forgotten when the relay waits
-    /// again: query start, ReadyForQuery statistics, activity and the release that follows share
-    /// one read (a clock read is ~17 ns on the bench's VM; a transaction had nine). The first
-    /// wake-up's is the caller's: when the server was linked.
-    clock: Option<Instant>,
-    query_started: Option<Instant>,
-    xact_started: Option<Instant>,
-    last_activity: Instant,
+    client_stream: &'a mut Stream,
+    server_stream: &'a mut Stream,
+    suspend: &'a SuspendGate,
+    client_id: u64,
+    core: RelayCore<'a>,
     deadline: Option<Instant>,
     /// Created the first time a deadline applies: most relays (no timeouts set, or a transaction
     /// that finishes at once) never need a timer.
     sleep: Option<Pin<Box<Sleep>>>,
-    /// An idle timeout applies, so reads must note when the client was last active.
-    track_activity: bool,
-    /// Where the reusable buffers go back when the relay ends.
-    scratch: &'a mut RelayScratch,
-    /// The client's cancel slot, to link to the server once the replies to a query sent ahead
-    /// are in (`link_cancel_after_lead`).
-    cancel_after_lead: Option<&'a CancelSlot>,
-}
-
-impl Drop for Relay<'_> {
-    fn drop(&mut self) {
-        // Whatever is left unsent is discarded with the relay (the server is then not clean).
-        self.scratch.c_inject.clear();
-        self.scratch.s_inject.clear();
-        self.scratch.expect.clear();
-        self.scratch.lead_skip = false;
-        self.scratch.last_clock = self.clock;
-    }
 }
 
 impl<'a> Relay<'a> {
-    #[allow(clippy::too_many_arguments)]
+    /// A relay between `client` and its linked `server` from `now` (when the server was linked).
     pub fn new(
         client: &'a mut ClientConn,
         server: &'a mut ServerConn,
-        client_params: &'a mut ParamMap,
-        tracked: &'a TrackedSet,
-        stats: &'a PoolStats,
-        prepared: Option<Prepared<'a>>,
-        tracking: Option<(&'a mut SessionTracker, bool)>,
-        mode: PoolMode,
-        max_packet: usize,
-        timeouts: &'a RelayTimeouts,
-        scratch: &'a mut RelayScratch,
+        parts: SessionParts<'a>,
+        rules: RelayRules<'a>,
         now: Instant,
     ) -> Self {
-        let (tracker, may_pin) = match tracking {
-            Some((t, p)) => (Some(t), p),
-            None => (None, true),
-        };
-        let status = server.status;
+        let ClientConn {
+            stream: client_stream,
+            rbuf,
+            suspend,
+            id,
+            ..
+        } = client;
+        let (server_side, server_stream) = ServerSide::of(server);
         Relay {
-            client,
-            server,
-            client_params,
-            tracked,
-            stats,
-            prepared,
-            tracker,
-            may_pin,
-            c_observed: false,
-            mode,
-            max_packet,
-            timeouts,
-            c: Scan::default(),
-            s: Scan::default(),
-            discard_until_sync: false,
-            pending_rfq: u32::from(scratch.lead_skip),
-            unsynced: false,
-            syncs_in_copy_window: 0,
-            copy_done_in_window: false,
-            copy_in_open: false,
-            client_done: false,
-            clock: Some(now),
-            query_started: None,
-            xact_started: (status != TransactionStatus::Idle).then_some(now),
-            last_activity: now,
+            client_stream,
+            server_stream,
+            suspend,
+            client_id: *id,
+            core: RelayCore::new(ClientSide { rbuf }, server_side, parts, rules, now),
             deadline: None,
             sleep: None,
-            track_activity: timeouts.idle_transaction_timeout.is_some()
-                || timeouts.client_idle_timeout.is_some(),
-            scratch,
-            cancel_after_lead: None,
         }
     }
 
@@ -283,7 +183,7 @@ impl<'a> Relay<'a> {
     /// that comes sooner finds the client unlinked and is dropped, as when those SETs ran in a
     /// round trip of their own.
     pub fn link_cancel_after_lead(&mut self, slot: &'a CancelSlot) {
-        self.cancel_after_lead = Some(slot);
+        self.core.link_cancel_after_lead(slot);
     }
 
     /// Relay until the server can be released or either side ends. The client's buffer must hold
@@ -292,60 +192,17 @@ impl<'a> Relay<'a> {
     /// Takes the relay by reference: the caller's frame holds it, and the future does not copy
     /// its ~250 bytes again (per transaction, into memory that is cold at many clients).
     pub async fn run(&mut self) -> RelayEnd {
-        if let Err(end) = self.scan_client() {
+        if let Err(end) = self.core.start() {
             return end;
         }
-        // A pooler-run query (parameter SETs, the pin check) may have read past its own reply:
-        // a notification that arrived meanwhile waits in the buffer.
-        if let Err(end) = self.scan_server() {
-            return end;
-        }
-        self.drain_fakes();
         poll_fn(|cx| {
             let p = self.poll_relay(cx);
             if p.is_pending() {
-                self.clock = None;
+                self.core.forget_clock();
             }
             p
         })
         .await
-    }
-
-    /// The current wake-up's time (see `clock`).
-    fn now(&mut self) -> Instant {
-        *self.clock.get_or_insert_with(Instant::now)
-    }
-
-    /// Nothing owed by the server and nothing half-sent either way (nor a client message whose
-    /// rest the scanner is waiting for: releasing then would relink without reading it, forever).
-    fn quiescent(&self) -> bool {
-        self.pending_rfq == 0
-            && !self.unsynced
-            && self.scratch.expect.is_empty()
-            && self.c.ready == 0
-            && self.c.remaining == 0
-            && self.c.need == 0
-            && self.scratch.c_inject.is_empty()
-            && self.s.ready == 0
-            && self.s.remaining == 0
-            && self.scratch.s_inject.is_empty()
-            && self.server.rbuf.is_empty()
-    }
-
-    /// Nothing read waits to be written and no message is half-way through: SUSPEND may stop here.
-    fn flushed(&self) -> bool {
-        self.c.ready == 0
-            && self.c.remaining == 0
-            && self.scratch.c_inject.is_empty()
-            && self.client.rbuf.is_empty()
-            && self.s.ready == 0
-            && self.s.remaining == 0
-            && self.scratch.s_inject.is_empty()
-            && self.server.rbuf.is_empty()
-    }
-
-    fn server_clean(&self) -> bool {
-        self.quiescent() && self.server.status == TransactionStatus::Idle
     }
 
     fn poll_relay(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
@@ -372,85 +229,60 @@ impl<'a> Relay<'a> {
                 Err(end) => return Poll::Ready(end),
             }
             if progress {
-                // Scans pause where a rewrite or a dropped reply needs the output drained first.
-                if let Err(end) = self.scan_client() {
+                if let Err(end) = self.core.after_writes() {
                     return Poll::Ready(end);
                 }
-                if let Err(end) = self.scan_server() {
-                    return Poll::Ready(end);
-                }
-                self.drain_fakes();
             }
-
-            if self.client_done && self.c.ready == 0 && self.scratch.c_inject.is_empty() {
-                return Poll::Ready(RelayEnd::ClientGone {
-                    clean: self.server_clean(),
-                });
-            }
-            // (server_clean includes `c.need == 0`: a message the scanner must see whole keeps
-            // the server until it has arrived.)
-            if self.mode != PoolMode::Session && self.server_clean() {
-                match self.tracker.as_deref_mut() {
-                    Some(t) if t.pinned().is_some() => {
-                        if t.take_release_check() {
-                            return Poll::Ready(RelayEnd::PinCheck);
-                        }
-                    }
-                    _ => return Poll::Ready(RelayEnd::Released),
-                }
+            if let Some(end) = self.core.outcome() {
+                return Poll::Ready(end);
             }
 
             // SUSPEND: once everything read is written out and no message is half-way, stop reading
             // both sides (and timing out) until RESUME wakes us. Hot path cost: one relaxed load.
-            if self.client.suspend.is_suspended()
-                && self.flushed()
-                && self.client.suspend.park(self.client.id, cx)
+            if self.suspend.is_suspended()
+                && self.core.flushed()
+                && self.suspend.park(self.client_id, cx)
             {
                 return Poll::Pending;
             }
 
             // 3. read from the client
-            if !self.client_done
-                && !client_blocked
-                && self.client.rbuf.len() < READ_CAP.max(self.c.need)
-            {
-                reserve(&mut self.client.rbuf, CLIENT_READ_CHUNK);
-                match self.client.stream.poll_read_into(cx, &mut self.client.rbuf) {
-                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                        return Poll::Ready(RelayEnd::ClientGone {
-                            clean: self.server_clean(),
-                        })
-                    }
-                    Poll::Ready(Ok(n)) => {
-                        PoolStats::add(&self.stats.bytes_received, n as u64);
-                        if self.track_activity {
-                            self.last_activity = self.now();
+            if !client_blocked {
+                if let Some(rbuf) = self.core.client_wants(READ_CAP) {
+                    reserve(rbuf, CLIENT_READ_CHUNK);
+                    match self.client_stream.poll_read_into(cx, rbuf) {
+                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                            return Poll::Ready(RelayEnd::ClientGone {
+                                clean: self.core.server_clean(),
+                            })
                         }
-                        if let Err(end) = self.scan_client() {
-                            return Poll::Ready(end);
+                        Poll::Ready(Ok(n)) => {
+                            if let Err(end) = self.core.read_from_client(n) {
+                                return Poll::Ready(end);
+                            }
+                            progress = true;
                         }
-                        self.drain_fakes();
-                        progress = true;
+                        Poll::Pending => client_blocked = true,
                     }
-                    Poll::Pending => client_blocked = true,
                 }
             }
 
             // 4. read from the server
-            if !server_blocked && self.server.rbuf.len() < READ_CAP.max(self.s.need) {
-                reserve(&mut self.server.rbuf, READ_CHUNK);
-                match self.server.stream.poll_read_into(cx, &mut self.server.rbuf) {
-                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                        return Poll::Ready(self.server_gone())
-                    }
-                    Poll::Ready(Ok(_)) => {
-                        if let Err(end) = self.scan_server() {
-                            return Poll::Ready(end);
+            if !server_blocked {
+                if let Some(rbuf) = self.core.server_wants(READ_CAP) {
+                    reserve(rbuf, READ_CHUNK);
+                    match self.server_stream.poll_read_into(cx, rbuf) {
+                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                            return Poll::Ready(self.core.server_gone())
                         }
-                        self.drain_fakes();
-                        progress = true;
+                        Poll::Ready(Ok(_)) => {
+                            if let Err(end) = self.core.read_from_server() {
+                                return Poll::Ready(end);
+                            }
+                            progress = true;
+                        }
+                        Poll::Pending => server_blocked = true,
                     }
-                    Poll::Pending => server_blocked = true,
                 }
             }
 
@@ -461,23 +293,15 @@ impl<'a> Relay<'a> {
     }
 
     fn poll_write_server(&mut self, cx: &mut Context<'_>) -> Result<bool, RelayEnd> {
-        let (inject, ready) = (
-            &self.scratch.c_inject[..],
-            &self.client.rbuf[..self.c.ready],
-        );
+        let (inject, ready) = self.core.to_server();
         if inject.is_empty() && ready.is_empty() {
             return Ok(false);
         }
         // Rewritten bytes and the ready prefix after them go out in one write.
-        match self.server.stream.poll_write_pair(cx, inject, ready) {
-            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(self.server_gone()),
+        match self.server_stream.poll_write_pair(cx, inject, ready) {
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(self.core.server_gone()),
             Poll::Ready(Ok(n)) => {
-                wrote(
-                    n,
-                    &mut self.scratch.c_inject,
-                    &mut self.client.rbuf,
-                    &mut self.c,
-                );
+                self.core.wrote_to_server(n);
                 Ok(true)
             }
             Poll::Pending => Ok(false),
@@ -485,111 +309,23 @@ impl<'a> Relay<'a> {
     }
 
     fn poll_write_client(&mut self, cx: &mut Context<'_>) -> Result<bool, RelayEnd> {
-        let (inject, ready) = (
-            &self.scratch.s_inject[..],
-            &self.server.rbuf[..self.s.ready],
-        );
+        let (inject, ready) = self.core.to_client();
         if inject.is_empty() && ready.is_empty() {
             return Ok(false);
         }
         // Synthesized replies and the server's ready prefix after them go out in one write.
-        match self.client.stream.poll_write_pair(cx, inject, ready) {
+        match self.client_stream.poll_write_pair(cx, inject, ready) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone { clean: false }),
             Poll::Ready(Ok(n)) => {
-                PoolStats::add(&self.stats.bytes_sent, n as u64);
-                wrote(
-                    n,
-                    &mut self.scratch.s_inject,
-                    &mut self.server.rbuf,
-                    &mut self.s,
-                );
+                self.core.wrote_to_client(n);
                 Ok(true)
             }
             Poll::Pending => Ok(false),
         }
     }
 
-    fn server_gone(&self) -> RelayEnd {
-        RelayEnd::ServerGone(ClientNotice::new(
-            sqlstate::CONNECTION_FAILURE,
-            "server conn crashed?",
-        ))
-    }
-
-    fn mark_query_start(&mut self) {
-        if self.query_started.is_some() && self.xact_started.is_some() {
-            return;
-        }
-        let now = self.now();
-        self.query_started.get_or_insert(now);
-        self.xact_started.get_or_insert(now);
-    }
-
-    fn ready_for_query(&mut self, status: TransactionStatus) -> Result<(), RelayEnd> {
-        let now = self.now();
-        self.server.status = status;
-        self.pending_rfq = self.pending_rfq.saturating_sub(1);
-        self.last_activity = now;
-        // A single-query transaction started with its query: one subtraction serves both times.
-        let mut query_time = None;
-        if self.pending_rfq == 0 {
-            if let Some(t) = self.query_started.take() {
-                let us = (now - t).as_micros() as u64;
-                PoolStats::add(&self.stats.query_count, 1);
-                PoolStats::add(&self.stats.query_time_us, us);
-                query_time = Some((t, us));
-            }
-        }
-        if status == TransactionStatus::Idle {
-            if let Some(t) = self.xact_started.take() {
-                let us = match query_time {
-                    Some((q, us)) if q == t => us,
-                    _ => (now - t).as_micros() as u64,
-                };
-                PoolStats::add(&self.stats.xact_count, 1);
-                PoolStats::add(&self.stats.xact_time_us, us);
-            }
-        } else if self.mode == PoolMode::Statement && self.pending_rfq == 0 {
-            return Err(RelayEnd::Fatal {
-                notice: ClientNotice::new(
-                    sqlstate::FEATURE_NOT_SUPPORTED,
-                    "transaction blocks not allowed in statement pooling mode",
-                ),
-                server_clean: false,
-            });
-        }
-        Ok(())
-    }
-
-    /// The earliest timeout that applies in the current state.
-    fn current_deadline(&self) -> Option<(Instant, Timeout)> {
-        let t = self.timeouts;
-        if self.pending_rfq > 0 || self.unsynced {
-            if let (Some(q), Some(start)) = (t.query_timeout, self.query_started) {
-                return Some((start + q, Timeout::Query));
-            }
-        } else if self.server.status != TransactionStatus::Idle {
-            let idle = t
-                .idle_transaction_timeout
-                .map(|d| (self.last_activity + d, Timeout::IdleTransaction));
-            let xact = match (t.transaction_timeout, self.xact_started) {
-                (Some(d), Some(s)) => Some((s + d, Timeout::Transaction)),
-                _ => None,
-            };
-            return match (idle, xact) {
-                (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-                (a, b) => a.or(b),
-            };
-        } else if self.mode == PoolMode::Session {
-            return t
-                .client_idle_timeout
-                .map(|d| (self.last_activity + d, Timeout::ClientIdle));
-        }
-        None
-    }
-
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
-        let Some((at, which)) = self.current_deadline() else {
+        let Some((at, which)) = self.core.current_deadline() else {
             return Poll::Pending;
         };
         let sleep = self
@@ -600,40 +336,8 @@ impl<'a> Relay<'a> {
             sleep.as_mut().reset(at);
         }
         match sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(RelayEnd::Fatal {
-                notice: ClientNotice::new(which.sqlstate(), which.text()),
-                // Only an idle session client's timeout can leave its server reusable.
-                server_clean: which == Timeout::ClientIdle && self.server_clean(),
-            }),
+            Poll::Ready(()) => Poll::Ready(self.core.timed_out(which)),
             Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-/// The relay's timeouts, each with the SQLSTATE and text (PgBouncer's) the client is closed with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Timeout {
-    Query,
-    IdleTransaction,
-    Transaction,
-    ClientIdle,
-}
-
-impl Timeout {
-    fn sqlstate(self) -> &'static str {
-        match self {
-            Timeout::Query => sqlstate::QUERY_CANCELED,
-            Timeout::IdleTransaction => sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
-            Timeout::Transaction | Timeout::ClientIdle => sqlstate::PROTOCOL_VIOLATION,
-        }
-    }
-
-    fn text(self) -> &'static str {
-        match self {
-            Timeout::Query => "query timeout",
-            Timeout::IdleTransaction => "idle transaction timeout",
-            Timeout::Transaction => "transaction timeout",
-            Timeout::ClientIdle => "client_idle_timeout",
         }
     }
 }
@@ -641,14 +345,6 @@ impl Timeout {
 fn reserve(buf: &mut BytesMut, chunk: usize) {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(chunk);
-    }
-}
-
-/// A fatal protocol error caused by the client.
-fn client_violation(sqlstate: &str, message: String) -> RelayEnd {
-    RelayEnd::Fatal {
-        notice: ClientNotice::new(sqlstate, message),
-        server_clean: false,
     }
 }
 

@@ -7,8 +7,9 @@ use sluice_protocol::{
     backend_tag, decode_error_fields, decode_parameter_status, decode_ready_for_query, peek_header,
 };
 
+use super::core::{RelayCore, INSPECT_MAX};
 use super::expect::{Action, Expect};
-use super::{Relay, RelayEnd, INSPECT_MAX};
+use super::RelayEnd;
 use crate::error::{invalid_server_parameter, ServerError};
 
 /// What to do with one server reply.
@@ -20,7 +21,7 @@ enum Route {
 const PARSE_COMPLETE: [u8; 5] = [backend_tag::PARSE_COMPLETE, 0, 0, 0, 4];
 const CLOSE_COMPLETE: [u8; 5] = [backend_tag::CLOSE_COMPLETE, 0, 0, 0, 4];
 
-impl Relay<'_> {
+impl RelayCore<'_> {
     pub(super) fn scan_server(&mut self) -> Result<(), RelayEnd> {
         let rewriting = self.prepared.is_some();
         loop {
@@ -145,7 +146,7 @@ impl Relay<'_> {
         // Nothing of this relay's server bytes was forwarded yet: the replies are at the front.
         debug_assert!(self.s.ready == 0 && self.s.remaining == 0);
         loop {
-            let header = match peek_header(&self.server.rbuf, self.max_packet) {
+            let header = match peek_header(self.server.rbuf, self.max_packet) {
                 Ok(Some(h)) => h,
                 Ok(None) => return Ok(false),
                 Err(_) => return Err(self.server_gone()),
@@ -161,12 +162,12 @@ impl Relay<'_> {
             let body = &self.server.rbuf[5..total];
             match header.tag {
                 backend_tag::READY_FOR_QUERY => {
-                    self.server.status =
+                    *self.server.status =
                         decode_ready_for_query(body).map_err(|_| self.server_gone())?;
                     self.pending_rfq = self.pending_rfq.saturating_sub(1);
                     self.scratch.lead_skip = false;
                     if let Some(slot) = self.cancel_after_lead.take() {
-                        slot.link(&self.server.addr, self.server.backend_key);
+                        slot.link(self.server.addr, self.server.backend_key);
                     }
                 }
                 backend_tag::PARAMETER_STATUS => {

@@ -1,0 +1,494 @@
+//! The relay's protocol state, without IO: the bytes read from each side go into its buffer, the
+//! scanners (`client_scan.rs`, `server_scan.rs`) decide what may be written and what the server
+//! still owes, and the IO shell (`Relay` in mod.rs) writes `to_server`/`to_client`, reports what
+//! it wrote, reads more, and asks `outcome` whether the relay is over. Unit-tested over recorded
+//! message streams (`core_tests.rs`) and fuzzed (`fuzz/fuzz_targets/relay.rs`) with no socket.
+
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use sluice_config::PoolMode;
+use sluice_protocol::{CancelKey, TransactionStatus};
+use tokio::time::Instant;
+
+use super::{Prepared, RelayEnd, RelayScratch};
+use crate::cancel::CancelSlot;
+use crate::error::{sqlstate, ClientNotice};
+use crate::pool::RelayTimeouts;
+use crate::prepared::ServerStatements;
+use crate::server::params::{ParamMap, TrackedSet};
+use crate::server::{ServerAddr, ServerConn};
+use crate::session_state::tracker::SessionTracker;
+use crate::stats::PoolStats;
+
+/// Largest server message buffered whole to inspect (ReadyForQuery, ParameterStatus, CommandComplete).
+pub(super) const INSPECT_MAX: usize = 32 * 1024;
+
+/// The client's side as the protocol state sees it: the bytes read from it.
+pub struct ClientSide<'a> {
+    pub rbuf: &'a mut BytesMut,
+}
+
+/// The server's side as the protocol state sees it: the bytes read from it and what the relay
+/// keeps up to date on the connection (its transaction status, reported parameters, prepared
+/// statements) or needs to link a cancel to it.
+pub struct ServerSide<'a> {
+    pub rbuf: &'a mut BytesMut,
+    pub status: &'a mut TransactionStatus,
+    pub params: &'a mut ParamMap,
+    pub prepared: &'a mut ServerStatements,
+    pub addr: &'a Arc<ServerAddr>,
+    pub backend_key: CancelKey,
+}
+
+impl<'a> ServerSide<'a> {
+    /// The protocol fields of a server connection (its stream stays with the caller).
+    pub fn of(server: &'a mut ServerConn) -> (Self, &'a mut crate::net::Stream) {
+        let ServerConn {
+            stream,
+            rbuf,
+            params,
+            backend_key,
+            addr,
+            status,
+            prepared,
+            ..
+        } = server;
+        (
+            ServerSide {
+                rbuf,
+                status,
+                params,
+                prepared,
+                addr,
+                backend_key: *backend_key,
+            },
+            stream,
+        )
+    }
+}
+
+/// The session's parts a relay reads and updates.
+pub struct SessionParts<'a> {
+    /// The client's parameters (tracked ParameterStatus values are copied here).
+    pub client_params: &'a mut ParamMap,
+    pub tracked: &'a TrackedSet,
+    pub stats: &'a PoolStats,
+    /// Prepared-statement rewriting (transaction/statement mode with max_prepared_statements).
+    pub prepared: Option<Prepared<'a>>,
+    /// Session-state tracking (transaction/statement mode) and whether it may pin the client.
+    pub tracking: Option<(&'a mut SessionTracker, bool)>,
+    /// Buffers kept between relays (see `RelayScratch`).
+    pub scratch: &'a mut RelayScratch,
+}
+
+/// What a relay reads from its pool's settings.
+#[derive(Clone, Copy)]
+pub struct RelayRules<'a> {
+    pub mode: PoolMode,
+    pub max_packet: usize,
+    /// The pool's (its settings outlive the relay): a reference keeps the relay, which is
+    /// written afresh per transaction, a cache line smaller.
+    pub timeouts: &'a RelayTimeouts,
+}
+
+/// Per-direction scan position: `ready` bytes at the front of the buffer are inspected and may be
+/// written; `remaining` bytes of a message being streamed through have not arrived yet; `need` is
+/// how many bytes the scanner waits for to inspect a message whole (lifts the read cap).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Scan {
+    pub ready: usize,
+    pub remaining: usize,
+    pub need: usize,
+}
+
+/// `n` bytes of `inject` and then of the ready prefix of `rbuf` (`scan`) were written.
+fn wrote(n: usize, inject: &mut BytesMut, rbuf: &mut BytesMut, scan: &mut Scan) {
+    let injected = n.min(inject.len());
+    inject.advance(injected);
+    let rest = n - injected;
+    if rest > 0 {
+        rbuf.advance(rest);
+        scan.ready -= rest;
+        scan.need = scan.need.saturating_sub(rest);
+    }
+}
+
+/// The relay's timeouts, each with the SQLSTATE and text (PgBouncer's) the client is closed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timeout {
+    Query,
+    IdleTransaction,
+    Transaction,
+    ClientIdle,
+}
+
+impl Timeout {
+    pub fn sqlstate(self) -> &'static str {
+        match self {
+            Timeout::Query => sqlstate::QUERY_CANCELED,
+            Timeout::IdleTransaction => sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
+            Timeout::Transaction | Timeout::ClientIdle => sqlstate::PROTOCOL_VIOLATION,
+        }
+    }
+
+    pub fn text(self) -> &'static str {
+        match self {
+            Timeout::Query => "query timeout",
+            Timeout::IdleTransaction => "idle transaction timeout",
+            Timeout::Transaction => "transaction timeout",
+            Timeout::ClientIdle => "client_idle_timeout",
+        }
+    }
+}
+
+/// The protocol state of one relay (one transaction in transaction mode).
+pub struct RelayCore<'a> {
+    pub(super) client: ClientSide<'a>,
+    pub(super) server: ServerSide<'a>,
+    pub(super) client_params: &'a mut ParamMap,
+    pub(super) tracked: &'a TrackedSet,
+    pub(super) stats: &'a PoolStats,
+    pub(super) prepared: Option<Prepared<'a>>,
+    /// Session-state tracking (transaction/statement mode).
+    pub(super) tracker: Option<&'a mut SessionTracker>,
+    /// Whether the policy lets session state pin a client (else such statements are refused).
+    pub(super) may_pin: bool,
+    /// The current client message was already shown to the tracker (scans may pause and resume).
+    pub(super) c_observed: bool,
+    pub(super) mode: PoolMode,
+    pub(super) max_packet: usize,
+    timeouts: &'a RelayTimeouts,
+    pub(super) c: Scan,
+    pub(super) s: Scan,
+    /// The server reported an error in an extended-protocol batch: it ignores everything until Sync.
+    pub(super) discard_until_sync: bool,
+    /// ReadyForQuery messages the server still owes (one per Query, Sync, FunctionCall, and one
+    /// for a query sent ahead: `RelayScratch::send_ahead`).
+    pub(super) pending_rfq: u32,
+    /// Extended-protocol messages sent since the last Sync.
+    pub(super) unsynced: bool,
+    /// Syncs the client sent after its last Execute/Query and before a CopyDone/CopyFail: if that
+    /// command turns out to be COPY FROM STDIN, the server ignores them (no ReadyForQuery).
+    pub(super) syncs_in_copy_window: u32,
+    pub(super) copy_done_in_window: bool,
+    /// The server is in COPY IN and the client has not ended it yet: its Syncs are ignored.
+    pub(super) copy_in_open: bool,
+    pub(super) client_done: bool,
+    /// This wake-up's clock reading, taken at its first use and forgotten when the relay waits
+    /// again (`forget_clock`): query start, ReadyForQuery statistics, activity and the release
+    /// that follows share one read (a clock read is ~17 ns on the bench's VM; a transaction had
+    /// nine). The first wake-up's is the caller's: when the server was linked.
+    clock: Option<Instant>,
+    query_started: Option<Instant>,
+    xact_started: Option<Instant>,
+    last_activity: Instant,
+    /// An idle timeout applies, so reads must note when the client was last active.
+    track_activity: bool,
+    /// Where the reusable buffers go back when the relay ends.
+    pub(super) scratch: &'a mut RelayScratch,
+    /// The client's cancel slot, to link to the server once the replies to a query sent ahead
+    /// are in (`link_cancel_after_lead`).
+    pub(super) cancel_after_lead: Option<&'a CancelSlot>,
+}
+
+impl Drop for RelayCore<'_> {
+    fn drop(&mut self) {
+        // Whatever is left unsent is discarded with the relay (the server is then not clean).
+        self.scratch.c_inject.clear();
+        self.scratch.s_inject.clear();
+        self.scratch.expect.clear();
+        self.scratch.lead_skip = false;
+        self.scratch.last_clock = self.clock;
+    }
+}
+
+impl<'a> RelayCore<'a> {
+    pub fn new(
+        client: ClientSide<'a>,
+        server: ServerSide<'a>,
+        parts: SessionParts<'a>,
+        rules: RelayRules<'a>,
+        now: Instant,
+    ) -> Self {
+        let (tracker, may_pin) = match parts.tracking {
+            Some((t, p)) => (Some(t), p),
+            None => (None, true),
+        };
+        let status = *server.status;
+        let timeouts = rules.timeouts;
+        RelayCore {
+            client,
+            server,
+            client_params: parts.client_params,
+            tracked: parts.tracked,
+            stats: parts.stats,
+            prepared: parts.prepared,
+            tracker,
+            may_pin,
+            c_observed: false,
+            mode: rules.mode,
+            max_packet: rules.max_packet,
+            timeouts,
+            c: Scan::default(),
+            s: Scan::default(),
+            discard_until_sync: false,
+            pending_rfq: u32::from(parts.scratch.lead_skip),
+            unsynced: false,
+            syncs_in_copy_window: 0,
+            copy_done_in_window: false,
+            copy_in_open: false,
+            client_done: false,
+            clock: Some(now),
+            query_started: None,
+            xact_started: (status != TransactionStatus::Idle).then_some(now),
+            last_activity: now,
+            track_activity: timeouts.idle_transaction_timeout.is_some()
+                || timeouts.client_idle_timeout.is_some(),
+            scratch: parts.scratch,
+            cancel_after_lead: None,
+        }
+    }
+
+    /// See `Relay::link_cancel_after_lead`.
+    pub fn link_cancel_after_lead(&mut self, slot: &'a CancelSlot) {
+        self.cancel_after_lead = Some(slot);
+    }
+
+    /// The first look at what is already buffered: the client's request (what made the session
+    /// take a server) and whatever a pooler-run query read past its own reply (a notification).
+    pub fn start(&mut self) -> Result<(), RelayEnd> {
+        self.scan_client()?;
+        self.scan_server()?;
+        self.drain_fakes();
+        Ok(())
+    }
+
+    /// The current wake-up's time (see `clock`).
+    pub(super) fn now(&mut self) -> Instant {
+        *self.clock.get_or_insert_with(Instant::now)
+    }
+
+    /// The relay waits for IO: the next wake-up reads the clock afresh.
+    pub fn forget_clock(&mut self) {
+        self.clock = None;
+    }
+
+    /// Bytes for the server: rewritten or injected ones first, then the ready prefix of the
+    /// client's (one write).
+    pub fn to_server(&self) -> (&[u8], &[u8]) {
+        (&self.scratch.c_inject, &self.client.rbuf[..self.c.ready])
+    }
+
+    /// Bytes for the client: synthesized ones first, then the ready prefix of the server's.
+    pub fn to_client(&self) -> (&[u8], &[u8]) {
+        (&self.scratch.s_inject, &self.server.rbuf[..self.s.ready])
+    }
+
+    /// `n` bytes of `to_server` were written.
+    pub fn wrote_to_server(&mut self, n: usize) {
+        wrote(n, &mut self.scratch.c_inject, self.client.rbuf, &mut self.c);
+    }
+
+    /// `n` bytes of `to_client` were written.
+    pub fn wrote_to_client(&mut self, n: usize) {
+        PoolStats::add(&self.stats.bytes_sent, n as u64);
+        wrote(n, &mut self.scratch.s_inject, self.server.rbuf, &mut self.s);
+    }
+
+    /// Scan again after writes made room (scans pause where a rewrite or a dropped reply needs
+    /// the output drained first).
+    pub fn after_writes(&mut self) -> Result<(), RelayEnd> {
+        self.scan_client()?;
+        self.scan_server()?;
+        self.drain_fakes();
+        Ok(())
+    }
+
+    /// Whether to read from the client now, and the buffer to read into (`read_cap`: stop
+    /// reading a side once this many bytes wait, unless a message must be inspected whole).
+    pub fn client_wants(&mut self, read_cap: usize) -> Option<&mut BytesMut> {
+        (!self.client_done && self.client.rbuf.len() < read_cap.max(self.c.need))
+            .then_some(&mut *self.client.rbuf)
+    }
+
+    /// Whether to read from the server now, and the buffer to read into.
+    pub fn server_wants(&mut self, read_cap: usize) -> Option<&mut BytesMut> {
+        (self.server.rbuf.len() < read_cap.max(self.s.need)).then_some(&mut *self.server.rbuf)
+    }
+
+    /// `n` bytes were read from the client into its buffer.
+    pub fn read_from_client(&mut self, n: usize) -> Result<(), RelayEnd> {
+        PoolStats::add(&self.stats.bytes_received, n as u64);
+        if self.track_activity {
+            self.last_activity = self.now();
+        }
+        self.scan_client()?;
+        self.drain_fakes();
+        Ok(())
+    }
+
+    /// Bytes were read from the server into its buffer.
+    pub fn read_from_server(&mut self) -> Result<(), RelayEnd> {
+        self.scan_server()?;
+        self.drain_fakes();
+        Ok(())
+    }
+
+    /// The relay is over when the client is done and all it sent went out, or (transaction and
+    /// statement mode) when the server may go back to the pool, or a pinned client's pin may
+    /// have been released (checked by the session).
+    pub fn outcome(&mut self) -> Option<RelayEnd> {
+        if self.client_done && self.c.ready == 0 && self.scratch.c_inject.is_empty() {
+            return Some(RelayEnd::ClientGone {
+                clean: self.server_clean(),
+            });
+        }
+        // (server_clean includes `c.need == 0`: a message the scanner must see whole keeps the
+        // server until it has arrived.)
+        if self.mode != PoolMode::Session && self.server_clean() {
+            match self.tracker.as_deref_mut() {
+                Some(t) if t.pinned().is_some() => {
+                    if t.take_release_check() {
+                        return Some(RelayEnd::PinCheck);
+                    }
+                }
+                _ => return Some(RelayEnd::Released),
+            }
+        }
+        None
+    }
+
+    /// Nothing owed by the server and nothing half-sent either way (nor a client message whose
+    /// rest the scanner is waiting for: releasing then would relink without reading it, forever),
+    /// and no COPY FROM STDIN open: a COPY started by Execute with its Sync already sent owes no
+    /// ReadyForQuery until the client ends the copy and syncs again.
+    pub(super) fn quiescent(&self) -> bool {
+        self.pending_rfq == 0
+            && !self.unsynced
+            && !self.copy_in_open
+            && self.scratch.expect.is_empty()
+            && self.c.ready == 0
+            && self.c.remaining == 0
+            && self.c.need == 0
+            && self.scratch.c_inject.is_empty()
+            && self.s.ready == 0
+            && self.s.remaining == 0
+            && self.scratch.s_inject.is_empty()
+            && self.server.rbuf.is_empty()
+    }
+
+    /// Nothing read waits to be written and no message is half-way through: SUSPEND may stop here.
+    pub fn flushed(&self) -> bool {
+        self.c.ready == 0
+            && self.c.remaining == 0
+            && self.scratch.c_inject.is_empty()
+            && self.client.rbuf.is_empty()
+            && self.s.ready == 0
+            && self.s.remaining == 0
+            && self.scratch.s_inject.is_empty()
+            && self.server.rbuf.is_empty()
+    }
+
+    /// The server is idle, its ReadyForQuery seen, nothing owed or unread: it may serve another
+    /// client.
+    pub fn server_clean(&self) -> bool {
+        self.quiescent() && *self.server.status == TransactionStatus::Idle
+    }
+
+    pub(super) fn server_gone(&self) -> RelayEnd {
+        RelayEnd::ServerGone(ClientNotice::new(
+            sqlstate::CONNECTION_FAILURE,
+            "server conn crashed?",
+        ))
+    }
+
+    pub(super) fn mark_query_start(&mut self) {
+        if self.query_started.is_some() && self.xact_started.is_some() {
+            return;
+        }
+        let now = self.now();
+        self.query_started.get_or_insert(now);
+        self.xact_started.get_or_insert(now);
+    }
+
+    pub(super) fn ready_for_query(&mut self, status: TransactionStatus) -> Result<(), RelayEnd> {
+        let now = self.now();
+        *self.server.status = status;
+        self.pending_rfq = self.pending_rfq.saturating_sub(1);
+        self.last_activity = now;
+        // A single-query transaction started with its query: one subtraction serves both times.
+        let mut query_time = None;
+        if self.pending_rfq == 0 {
+            if let Some(t) = self.query_started.take() {
+                let us = (now - t).as_micros() as u64;
+                PoolStats::add(&self.stats.query_count, 1);
+                PoolStats::add(&self.stats.query_time_us, us);
+                query_time = Some((t, us));
+            }
+        }
+        if status == TransactionStatus::Idle {
+            if let Some(t) = self.xact_started.take() {
+                let us = match query_time {
+                    Some((q, us)) if q == t => us,
+                    _ => (now - t).as_micros() as u64,
+                };
+                PoolStats::add(&self.stats.xact_count, 1);
+                PoolStats::add(&self.stats.xact_time_us, us);
+            }
+        } else if self.mode == PoolMode::Statement && self.pending_rfq == 0 {
+            return Err(RelayEnd::Fatal {
+                notice: ClientNotice::new(
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    "transaction blocks not allowed in statement pooling mode",
+                ),
+                server_clean: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// The earliest timeout that applies in the current state.
+    pub fn current_deadline(&self) -> Option<(Instant, Timeout)> {
+        let t = self.timeouts;
+        if self.pending_rfq > 0 || self.unsynced {
+            if let (Some(q), Some(start)) = (t.query_timeout, self.query_started) {
+                return Some((start + q, Timeout::Query));
+            }
+        } else if *self.server.status != TransactionStatus::Idle {
+            let idle = t
+                .idle_transaction_timeout
+                .map(|d| (self.last_activity + d, Timeout::IdleTransaction));
+            let xact = match (t.transaction_timeout, self.xact_started) {
+                (Some(d), Some(s)) => Some((s + d, Timeout::Transaction)),
+                _ => None,
+            };
+            return match (idle, xact) {
+                (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+                (a, b) => a.or(b),
+            };
+        } else if self.mode == PoolMode::Session {
+            return t
+                .client_idle_timeout
+                .map(|d| (self.last_activity + d, Timeout::ClientIdle));
+        }
+        None
+    }
+
+    /// How the relay ends when `which` ran out.
+    pub fn timed_out(&self, which: Timeout) -> RelayEnd {
+        RelayEnd::Fatal {
+            notice: ClientNotice::new(which.sqlstate(), which.text()),
+            // Only an idle session client's timeout can leave its server reusable.
+            server_clean: which == Timeout::ClientIdle && self.server_clean(),
+        }
+    }
+}
+
+/// A fatal protocol error caused by the client.
+pub(super) fn client_violation(sqlstate: &str, message: String) -> RelayEnd {
+    RelayEnd::Fatal {
+        notice: ClientNotice::new(sqlstate, message),
+        server_clean: false,
+    }
+}

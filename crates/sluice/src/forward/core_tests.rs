@@ -1,0 +1,504 @@
+//! `RelayCore` over recorded message streams, with no socket: what reaches each side, when the
+//! server may go back to the pool, and what the client is told when it breaks the protocol.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use sluice_config::PoolMode;
+use sluice_protocol::{
+    backend_tag, encode_bind_text, encode_command_complete, encode_execute, encode_flush,
+    encode_parse, encode_query, encode_ready_for_query, encode_sync, encode_terminate, CancelKey,
+    TransactionStatus,
+};
+use tokio::time::Instant;
+
+use super::core::{ClientSide, RelayCore, RelayRules, ServerSide, SessionParts};
+use super::{Prepared, RelayEnd, RelayScratch};
+use crate::pool::RelayTimeouts;
+use crate::prepared::{ClientStatements, ServerStatements, StatementRegistry};
+use crate::server::params::{ParamMap, TrackedSet};
+use crate::server::ServerAddr;
+use crate::session_state::tracker::SessionTracker;
+use crate::stats::PoolStats;
+
+/// Everything a relay borrows, owned by the test.
+struct World {
+    c_rbuf: BytesMut,
+    s_rbuf: BytesMut,
+    status: TransactionStatus,
+    server_params: ParamMap,
+    server_prepared: ServerStatements,
+    addr: Arc<ServerAddr>,
+    client_params: ParamMap,
+    tracked: TrackedSet,
+    stats: PoolStats,
+    registry: StatementRegistry,
+    statements: ClientStatements,
+    tracker: SessionTracker,
+    timeouts: RelayTimeouts,
+    scratch: RelayScratch,
+}
+
+impl World {
+    fn new() -> Self {
+        World {
+            c_rbuf: BytesMut::new(),
+            s_rbuf: BytesMut::new(),
+            status: TransactionStatus::Idle,
+            server_params: ParamMap::new(),
+            server_prepared: ServerStatements::default(),
+            addr: Arc::new(ServerAddr::Tcp {
+                host: "127.0.0.1".into(),
+                port: 5432,
+            }),
+            client_params: ParamMap::new(),
+            tracked: TrackedSet::new(&[]),
+            stats: PoolStats::default(),
+            registry: StatementRegistry::default(),
+            statements: ClientStatements::default(),
+            tracker: SessionTracker::default(),
+            timeouts: RelayTimeouts::default(),
+            scratch: RelayScratch::default(),
+        }
+    }
+
+    /// A relay in `mode`, rewriting prepared statements when `rewrite` (transaction and statement
+    /// mode also track session state, as the session sets them up).
+    fn relay(&mut self, mode: PoolMode, rewrite: bool) -> RelayCore<'_> {
+        let pooled = mode != PoolMode::Session;
+        let prepared = rewrite.then_some(Prepared {
+            registry: &self.registry,
+            client: &mut self.statements,
+            max_per_server: 100,
+        });
+        RelayCore::new(
+            ClientSide {
+                rbuf: &mut self.c_rbuf,
+            },
+            ServerSide {
+                rbuf: &mut self.s_rbuf,
+                status: &mut self.status,
+                params: &mut self.server_params,
+                prepared: &mut self.server_prepared,
+                addr: &self.addr,
+                backend_key: CancelKey { pid: 1, secret: 2 },
+            },
+            SessionParts {
+                client_params: &mut self.client_params,
+                tracked: &self.tracked,
+                stats: &self.stats,
+                prepared,
+                tracking: pooled.then_some((&mut self.tracker, true)),
+                scratch: &mut self.scratch,
+            },
+            RelayRules {
+                mode,
+                max_packet: 1 << 30,
+                timeouts: &self.timeouts,
+            },
+            Instant::now(),
+        )
+    }
+}
+
+/// The client's bytes arrive (as one read).
+fn client_sends(r: &mut RelayCore<'_>, bytes: &[u8]) -> Result<(), RelayEnd> {
+    r.client_wants(usize::MAX)
+        .expect("the relay reads the client")
+        .extend_from_slice(bytes);
+    r.read_from_client(bytes.len())
+}
+
+/// The server's bytes arrive (as one read).
+fn server_sends(r: &mut RelayCore<'_>, bytes: &[u8]) {
+    r.server_wants(usize::MAX)
+        .expect("the relay reads the server")
+        .extend_from_slice(bytes);
+    r.read_from_server()
+        .expect("the server's replies are accepted");
+}
+
+/// Write everything the relay lets go, each side in full: (to the server, to the client).
+fn pump(r: &mut RelayCore<'_>) -> (Vec<u8>, Vec<u8>) {
+    let (mut to_server, mut to_client) = (Vec::new(), Vec::new());
+    loop {
+        let (a, b) = r.to_server();
+        let n = a.len() + b.len();
+        to_server.extend_from_slice(a);
+        to_server.extend_from_slice(b);
+        r.wrote_to_server(n);
+        let (a, b) = r.to_client();
+        let m = a.len() + b.len();
+        to_client.extend_from_slice(a);
+        to_client.extend_from_slice(b);
+        r.wrote_to_client(m);
+        r.after_writes().expect("scans after writes");
+        if n == 0 && m == 0 {
+            return (to_server, to_client);
+        }
+    }
+}
+
+/// The message tags in a byte stream.
+fn tags(mut bytes: &[u8]) -> String {
+    let mut out = String::new();
+    while bytes.len() >= 5 {
+        let len = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
+        out.push(bytes[0] as char);
+        bytes = &bytes[1 + len..];
+    }
+    assert!(bytes.is_empty(), "a partial message in the stream");
+    out
+}
+
+fn build(f: impl FnOnce(&mut BytesMut)) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    f(&mut b);
+    b.to_vec()
+}
+
+fn query(sql: &str) -> Vec<u8> {
+    build(|b| encode_query(sql, b))
+}
+
+fn ready(status: TransactionStatus) -> Vec<u8> {
+    build(|b| encode_ready_for_query(status, b))
+}
+
+fn complete(tag: &str) -> Vec<u8> {
+    build(|b| encode_command_complete(tag, b))
+}
+
+fn message(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![tag];
+    m.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+/// Parse/Bind/Execute of an unnamed statement, optionally followed by Sync.
+fn extended(sql: &str, sync: bool) -> Vec<u8> {
+    build(|b| {
+        encode_parse("", sql, &[], b);
+        encode_bind_text("", "", &[], b);
+        encode_execute("", 0, b);
+        if sync {
+            encode_sync(b);
+        }
+    })
+}
+
+fn replies(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+const PARSE_COMPLETE: &[u8] = &[backend_tag::PARSE_COMPLETE, 0, 0, 0, 4];
+const BIND_COMPLETE: &[u8] = &[backend_tag::BIND_COMPLETE, 0, 0, 0, 4];
+
+#[test]
+fn a_simple_query_releases_the_server_at_its_ready_for_query() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    client_sends(&mut r, &query("select 1")).unwrap();
+    let (to_server, _) = pump(&mut r);
+    assert_eq!(tags(&to_server), "Q");
+    assert!(r.outcome().is_none(), "the server owes its reply");
+    let row = message(backend_tag::DATA_ROW, &[0, 1, 0, 0, 0, 1, b'1']);
+    server_sends(&mut r, &[row, complete("SELECT 1")].concat());
+    let (_, to_client) = pump(&mut r);
+    assert_eq!(tags(&to_client), "DC");
+    assert!(r.outcome().is_none(), "no ReadyForQuery yet");
+    server_sends(&mut r, &ready(TransactionStatus::Idle));
+    let (_, to_client) = pump(&mut r);
+    assert_eq!(tags(&to_client), "Z");
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+    assert!(r.server_clean());
+}
+
+#[test]
+fn a_pipeline_keeps_the_server_until_its_last_sync_is_answered() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    let batch = [extended("select 1", true), extended("select 2", true)].concat();
+    client_sends(&mut r, &batch).unwrap();
+    assert_eq!(tags(&pump(&mut r).0), "PBESPBES");
+    let first = replies(&[
+        PARSE_COMPLETE,
+        BIND_COMPLETE,
+        &complete("SELECT 1"),
+        &ready(TransactionStatus::Idle),
+    ]);
+    server_sends(&mut r, &first);
+    assert_eq!(tags(&pump(&mut r).1), "12CZ");
+    assert!(r.outcome().is_none(), "one Sync is still owed");
+    server_sends(&mut r, &first);
+    assert_eq!(tags(&pump(&mut r).1), "12CZ");
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+}
+
+#[test]
+fn flush_without_sync_keeps_the_server_although_it_answered() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut batch = extended("select 1", false);
+    batch.extend(build(encode_flush));
+    client_sends(&mut r, &batch).unwrap();
+    assert_eq!(tags(&pump(&mut r).0), "PBEH");
+    server_sends(
+        &mut r,
+        &replies(&[PARSE_COMPLETE, BIND_COMPLETE, &complete("SELECT 1")]),
+    );
+    assert_eq!(tags(&pump(&mut r).1), "12C");
+    assert!(
+        r.outcome().is_none(),
+        "unsynced: the batch may go on, the server is not the pool's"
+    );
+    client_sends(&mut r, &build(encode_sync)).unwrap();
+    assert_eq!(tags(&pump(&mut r).0), "S");
+    server_sends(&mut r, &ready(TransactionStatus::Idle));
+    pump(&mut r);
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+}
+
+#[test]
+fn an_error_mid_batch_forgets_the_statement_it_named_and_ends_at_sync() {
+    let mut w = World::new();
+    {
+        let mut r = w.relay(PoolMode::Transaction, true);
+        let batch = build(|b| {
+            encode_parse("s1", "selec 1", &[], b);
+            encode_bind_text("", "s1", &[], b);
+            encode_execute("", 0, b);
+            encode_sync(b);
+        });
+        client_sends(&mut r, &batch).unwrap();
+        let (to_server, _) = pump(&mut r);
+        // The named Parse goes out under the pooler's name, the Bind rewritten to it.
+        assert_eq!(tags(&to_server), "PBES");
+        assert!(!to_server.windows(3).any(|w| w == b"s1\0"), "client's name");
+        let error = message(
+            backend_tag::ERROR_RESPONSE,
+            b"SERROR\0C42601\0Msyntax error\0\0",
+        );
+        server_sends(&mut r, &replies(&[&error, &ready(TransactionStatus::Idle)]));
+        assert_eq!(tags(&pump(&mut r).1), "EZ");
+        assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+    }
+    assert!(
+        !w.statements.contains("s1"),
+        "the failed Parse made nothing"
+    );
+    assert_eq!(w.server_prepared.len(), 0);
+}
+
+#[test]
+fn a_named_statement_prepared_once_is_answered_by_the_pooler_the_second_time() {
+    let mut w = World::new();
+    let parse = build(|b| {
+        encode_parse("s1", "select 1", &[], b);
+        encode_sync(b);
+    });
+    {
+        let mut r = w.relay(PoolMode::Transaction, true);
+        client_sends(&mut r, &parse).unwrap();
+        assert_eq!(tags(&pump(&mut r).0), "PS");
+        server_sends(
+            &mut r,
+            &replies(&[PARSE_COMPLETE, &ready(TransactionStatus::Idle)]),
+        );
+        assert_eq!(tags(&pump(&mut r).1), "1Z");
+        assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+    }
+    // Another client prepares the same text on this server: no Parse reaches it.
+    w.statements = ClientStatements::default();
+    let mut r = w.relay(PoolMode::Transaction, true);
+    client_sends(&mut r, &parse).unwrap();
+    let (to_server, to_client) = pump(&mut r);
+    assert_eq!(tags(&to_server), "S");
+    assert_eq!(tags(&to_client), "1", "ParseComplete synthesized");
+    server_sends(&mut r, &ready(TransactionStatus::Idle));
+    assert_eq!(tags(&pump(&mut r).1), "Z");
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+}
+
+#[test]
+fn copy_in_passes_its_data_and_ignores_syncs_inside_the_copy() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    client_sends(&mut r, &extended("copy t from stdin", true)).unwrap();
+    assert_eq!(tags(&pump(&mut r).0), "PBES");
+    let copy_in = message(backend_tag::COPY_IN, &[0, 0, 0]);
+    server_sends(&mut r, &replies(&[PARSE_COMPLETE, BIND_COMPLETE, &copy_in]));
+    assert_eq!(tags(&pump(&mut r).1), "12G");
+    assert!(r.outcome().is_none(), "in COPY IN");
+    let data = [
+        message(b'd', b"1\n"),
+        build(encode_sync),
+        message(b'c', b""),
+        build(encode_sync),
+    ]
+    .concat();
+    client_sends(&mut r, &data).unwrap();
+    assert_eq!(tags(&pump(&mut r).0), "dScS");
+    server_sends(
+        &mut r,
+        &replies(&[&complete("COPY 1"), &ready(TransactionStatus::Idle)]),
+    );
+    assert_eq!(tags(&pump(&mut r).1), "CZ");
+    assert!(
+        matches!(r.outcome(), Some(RelayEnd::Released)),
+        "one ReadyForQuery owed, for the Sync after CopyDone"
+    );
+}
+
+#[test]
+fn a_message_type_the_protocol_does_not_define_is_refused_and_never_forwarded() {
+    for tag in [0u8, 1, b'J', b'z', b'~'] {
+        let mut w = World::new();
+        let mut r = w.relay(PoolMode::Transaction, false);
+        let end = client_sends(&mut r, &message(tag, b"junk")).unwrap_err();
+        match end {
+            RelayEnd::Fatal {
+                notice,
+                server_clean,
+            } => {
+                assert_eq!(notice.sqlstate, "08P01");
+                assert!(
+                    notice.message.contains("unknown pkt from client"),
+                    "{notice:?}"
+                );
+                assert!(server_clean, "nothing reached the server");
+            }
+            other => panic!("{other:?}"),
+        }
+        let (inject, ready) = r.to_server();
+        assert!(
+            inject.is_empty() && ready.is_empty(),
+            "bytes for the server"
+        );
+    }
+}
+
+#[test]
+fn inside_copy_in_only_copy_messages_flush_and_sync_are_defined() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    client_sends(&mut r, &query("copy t from stdin")).unwrap();
+    pump(&mut r);
+    server_sends(&mut r, &message(backend_tag::COPY_IN, &[0, 0, 0]));
+    pump(&mut r);
+    let end = client_sends(&mut r, &query("select 1")).unwrap_err();
+    assert!(
+        matches!(
+            end,
+            RelayEnd::Fatal {
+                server_clean: false,
+                ..
+            }
+        ),
+        "{end:?}"
+    );
+}
+
+#[test]
+fn an_oversized_length_is_refused_at_the_header() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    // A Sync announcing 1 GiB: refused before any of its body arrives.
+    let header = [b'S', 0x40, 0, 0, 0];
+    let end = client_sends(&mut r, &header).unwrap_err();
+    assert!(
+        matches!(&end, RelayEnd::Fatal { notice, .. } if notice.message.contains("invalid message length")),
+        "{end:?}"
+    );
+}
+
+#[test]
+fn a_transaction_block_keeps_the_server_until_the_server_is_idle_again() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    client_sends(&mut r, &query("begin")).unwrap();
+    pump(&mut r);
+    server_sends(
+        &mut r,
+        &replies(&[&complete("BEGIN"), &ready(TransactionStatus::InTransaction)]),
+    );
+    pump(&mut r);
+    assert!(r.outcome().is_none(), "in a transaction");
+    assert!(!r.server_clean());
+    client_sends(&mut r, &query("commit")).unwrap();
+    pump(&mut r);
+    server_sends(
+        &mut r,
+        &replies(&[&complete("COMMIT"), &ready(TransactionStatus::Idle)]),
+    );
+    pump(&mut r);
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+}
+
+#[test]
+fn statement_mode_refuses_a_transaction_block() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Statement, false);
+    client_sends(&mut r, &query("begin")).unwrap();
+    pump(&mut r);
+    r.server_wants(usize::MAX)
+        .unwrap()
+        .extend_from_slice(&replies(&[
+            &complete("BEGIN"),
+            &ready(TransactionStatus::InTransaction),
+        ]));
+    let end = r.read_from_server().unwrap_err();
+    assert!(
+        matches!(&end, RelayEnd::Fatal { notice, server_clean: false } if notice.sqlstate == "0A000"),
+        "{end:?}"
+    );
+}
+
+#[test]
+fn terminate_ends_the_relay_without_reaching_the_server() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    client_sends(&mut r, &build(encode_terminate)).unwrap();
+    assert!(pump(&mut r).0.is_empty());
+    assert!(matches!(
+        r.outcome(),
+        Some(RelayEnd::ClientGone { clean: true })
+    ));
+}
+
+#[test]
+fn a_reply_cut_in_the_middle_keeps_the_server() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    client_sends(&mut r, &query("select 1")).unwrap();
+    pump(&mut r);
+    let all = replies(&[&complete("SELECT 1"), &ready(TransactionStatus::Idle)]);
+    // Everything but the ReadyForQuery's last byte.
+    server_sends(&mut r, &all[..all.len() - 1]);
+    pump(&mut r);
+    assert!(r.outcome().is_none());
+    assert!(!r.server_clean(), "a message is half-read");
+    server_sends(&mut r, &all[all.len() - 1..]);
+    pump(&mut r);
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+}
+
+#[test]
+fn parameter_status_updates_both_sides_tracked_values() {
+    let mut w = World::new();
+    {
+        let mut r = w.relay(PoolMode::Transaction, false);
+        client_sends(&mut r, &query("set timezone = 'UTC'")).unwrap();
+        pump(&mut r);
+        let ps = message(backend_tag::PARAMETER_STATUS, b"TimeZone\0UTC\0");
+        server_sends(
+            &mut r,
+            &replies(&[&complete("SET"), &ps, &ready(TransactionStatus::Idle)]),
+        );
+        assert_eq!(tags(&pump(&mut r).1), "CSZ");
+        assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+    }
+    assert_eq!(w.server_params.get("TimeZone"), Some("UTC"));
+    assert_eq!(w.client_params.get("TimeZone"), Some("UTC"));
+}
