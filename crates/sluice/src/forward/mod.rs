@@ -22,6 +22,8 @@ pub mod core;
 mod core_tests;
 pub mod expect;
 mod server_scan;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod sim;
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
