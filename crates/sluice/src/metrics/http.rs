@@ -21,6 +21,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
 use super::access::Access;
 use crate::app::App;
@@ -68,12 +69,13 @@ pub async fn serve(app: Arc<App>, listener: TcpListener) {
 
 /// One connection: the TLS handshake when configured, then one request.
 async fn connection(app: Arc<App>, access: Arc<Access>, sock: TcpStream, peer: SocketAddr) {
+    let head_by = Instant::now() + HEAD_TIMEOUT;
     match access.tls.clone() {
-        None => exchange(app, access, sock, peer).await,
+        None => exchange(app, access, sock, peer, head_by).await,
         Some(config) => {
             let accept = tokio_rustls::TlsAcceptor::from(config).accept(sock);
-            match tokio::time::timeout(HEAD_TIMEOUT, accept).await {
-                Ok(Ok(tls)) => exchange(app, access, tls, peer).await,
+            match tokio::time::timeout_at(head_by, accept).await {
+                Ok(Ok(tls)) => exchange(app, access, tls, peer, head_by).await,
                 Ok(Err(e)) => tracing::debug!("metrics: {peer}: TLS handshake failed: {e}"),
                 Err(_) => tracing::debug!("metrics: {peer}: TLS handshake timed out"),
             }
@@ -81,7 +83,8 @@ async fn connection(app: Arc<App>, access: Arc<Access>, sock: TcpStream, peer: S
     }
 }
 
-async fn exchange<S>(app: Arc<App>, access: Arc<Access>, io: S, peer: SocketAddr)
+/// Serve one request on `io`, whose head must be in by `head_by`.
+async fn exchange<S>(app: Arc<App>, access: Arc<Access>, io: S, peer: SocketAddr, head_by: Instant)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -91,7 +94,7 @@ where
     });
     let served = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
+        .header_read_timeout(head_by.saturating_duration_since(Instant::now()))
         .max_header_size(MAX_HEAD_BYTES)
         // hyper refuses a buffer under 8 KiB; the head limit is what answers 431.
         .max_buf_size(MAX_HEAD_BYTES.max(8192))
