@@ -88,7 +88,11 @@ fn client_message(s: &mut Script<'_>, out: &mut Vec<u8>) {
             frame(b'B', &body, out);
         }
         3 => {
-            body.push(if s.byte().is_multiple_of(2) { b'S' } else { b'P' });
+            body.push(if s.byte().is_multiple_of(2) {
+                b'S'
+            } else {
+                b'P'
+            });
             cstr(NAMES[s.byte() as usize % NAMES.len()], &mut body);
             frame(b'D', &body, out);
         }
