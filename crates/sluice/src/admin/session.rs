@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt;
 
 use super::{execute, parse, Access, ConsoleState, ADMIN_DB, ADMIN_USER, PGBOUNCER_COMPAT};
 use crate::app::App;
-use crate::client::auth::{authenticate, AuthRequest};
+use crate::auth::exchange::{authenticate, AuthRequest};
 use crate::client::registry::{ClientEntry, ClientState};
 use crate::client::startup::StartupInfo;
 use crate::conn::{ClientConn, EndReason};

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use sluice_config::AuthType;
 use sluice_protocol::{encode_backend_key_data, encode_ready_for_query, TransactionStatus};
 
-use super::auth::{authenticate, AuthRequest};
 use super::registry::ClientEntry;
 use super::session::{PoolMember, Session};
 use super::startup::StartupInfo;
 use crate::app::App;
+use crate::auth::exchange::{authenticate, AuthRequest};
 use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
 use crate::forward::RelayScratch;

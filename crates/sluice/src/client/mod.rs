@@ -2,9 +2,6 @@
 //! file per phase. The connection type is `crate::conn`; which session a connection runs (pool
 //! or admin console) is decided in `crate::dispatch`.
 
-pub mod auth;
-pub mod cert_auth;
-pub mod hba_check;
 pub mod kill;
 pub mod login;
 pub mod registry;

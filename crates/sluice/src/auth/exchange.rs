@@ -1,6 +1,6 @@
 //! Client authentication: trust, any, plain, md5 (SCRAM when the secret is SCRAM), scram-sha-256
-//! (-PLUS over TLS), cert (`cert_auth.rs`) and hba (the method per connection comes from `hba_check.rs`). Secrets come from auth_file, else
-//! from auth_query (`crate::auth_query`). Unknown users go through a mock exchange and fail exactly
+//! (-PLUS over TLS), cert (`cert.rs`) and hba (the method per connection comes from `hba_check.rs`). Secrets come from auth_file, else
+//! from auth_query (`crate::auth::query`). Unknown users go through a mock exchange and fail exactly
 //! like a wrong password, so user names cannot be probed. Failed logins are logged with the client
 //! address (never a secret) and counted (`sluice_client_login_failures_total`).
 
@@ -17,8 +17,8 @@ use sluice_protocol::{
 };
 
 use super::hba_check::{hba_method, Method};
+use super::query::{self, AuthScope};
 use crate::app::App;
-use crate::auth_query::{self, AuthScope};
 use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
 use crate::net::framed::read_message;
@@ -90,7 +90,7 @@ pub async fn authenticate(
         AuthType::Md5 => Method::Md5,
         AuthType::ScramSha256 => Method::Scram,
         AuthType::Hba => hba_method(app, client, req.user, req.database),
-        AuthType::Cert => super::cert_auth::method(client, req.user),
+        AuthType::Cert => super::cert::method(client, req.user),
         other => Method::Refuse(
             ClientNotice::new(
                 sqlstate::FEATURE_NOT_SUPPORTED,
@@ -199,7 +199,7 @@ async fn find_secret(
     let Some(scope) = AuthScope::of(&app.config(), db, req.database) else {
         return Ok((None, false));
     };
-    match auth_query::lookup(app, &scope, req.user).await {
+    match query::lookup(app, &scope, req.user).await {
         Ok(s) => Ok((s, true)),
         Err(e) => Err(Failure {
             end: EndReason::Error(ClientNotice::new(
