@@ -196,7 +196,7 @@ impl LogHandle {
     pub fn set_syslog(&self, on: bool, facility: &str, ident: &str) -> io::Result<()> {
         let next = if on {
             Some(Syslog::connect(
-                std::path::Path::new(crate::syslog::SYSTEM_SOCKET),
+                &crate::syslog::socket_path(),
                 facility,
                 ident,
             ))

@@ -12,6 +12,16 @@ use tracing::Level;
 /// Where the system's syslog daemon listens.
 pub const SYSTEM_SOCKET: &str = "/dev/log";
 
+/// The environment variable that names another socket than `SYSTEM_SOCKET` (the tests play the
+/// daemon on a private path instead of taking over the machine's /dev/log, which every other
+/// process on it, PAM's runuser included, writes to).
+pub const SOCKET_ENV: &str = "SLUICE_SYSLOG_SOCKET";
+
+/// The syslog socket to send to: `SLUICE_SYSLOG_SOCKET` when set, else `/dev/log`.
+pub fn socket_path() -> std::path::PathBuf {
+    std::env::var_os(SOCKET_ENV).map_or_else(|| SYSTEM_SOCKET.into(), Into::into)
+}
+
 /// Facility codes by name (PgBouncer accepts the same names).
 pub fn facility_code(name: &str) -> Option<u8> {
     Some(match name.to_ascii_lowercase().as_str() {
