@@ -1,12 +1,9 @@
 //! Pooler-run queries on a checked-out server while it counts as sv_tested: server_reset_query
 //! (and session cleanup) before it goes back, server_check_query before an idle one is reused.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
-use super::servers::ServerState;
+use super::states::Testing;
 use super::{Pool, PoolSettings, PooledServer};
 use crate::server::query;
 
@@ -16,8 +13,7 @@ impl Pool {
     pub async fn reset_and_release(self: &Arc<Self>, mut server: PooledServer, queries: &[&str]) {
         if !queries.is_empty() {
             let max = self.settings().connect.max_packet_size;
-            server.set_book_state(ServerState::Tested, Instant::now());
-            self.testing.fetch_add(1, Ordering::Relaxed);
+            let testing = Testing::begin(self, &server);
             let mut result = Ok(());
             for q in queries {
                 result = query::run_simple(&mut server, q, max).await;
@@ -25,8 +21,7 @@ impl Pool {
                     break;
                 }
             }
-            self.testing.fetch_sub(1, Ordering::Relaxed);
-            server.set_book_state(ServerState::Active, Instant::now());
+            testing.end(&server);
             if let Err(e) = result {
                 tracing::warn!(
                     "S-{}: {} server reset failed, closing: {e}",
@@ -50,11 +45,9 @@ impl Pool {
         let Some(q) = &settings.check_query else {
             return Some(server);
         };
-        server.set_book_state(ServerState::Tested, Instant::now());
-        self.testing.fetch_add(1, Ordering::Relaxed);
+        let testing = Testing::begin(self, &server);
         let checked = query::run_simple(&mut server, q, settings.connect.max_packet_size).await;
-        self.testing.fetch_sub(1, Ordering::Relaxed);
-        server.set_book_state(ServerState::Active, Instant::now());
+        testing.end(&server);
         if let Err(e) = checked {
             tracing::warn!(
                 "S-{}: {} server check failed, closing: {}",

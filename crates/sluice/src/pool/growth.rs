@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::counter::{LimitHit, ServerSlots};
 use super::rules::{self, Growth, PoolSnapshot};
+use super::states::Connecting;
 use super::{LoginFailure, Pool, PoolSettings, PoolState, PooledServer, Waiter};
 use crate::error::{ClientNotice, PoolError, ServerError};
 use crate::server::welcome::Welcome;
@@ -84,18 +85,25 @@ impl Pool {
         if slots.is_empty() {
             return;
         }
+        // Each slot was counted as connecting by the plan: the guard gives the count back
+        // however the connect ends (dropped with the task when there is no runtime or it stops).
+        let guards: Vec<Connecting> = slots.iter().map(|_| Connecting::adopt(self)).collect();
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            self.state.lock().connecting -= slots.len();
             return;
         };
-        for s in slots {
+        for (s, connecting) in slots.into_iter().zip(guards) {
             let pool = self.clone();
             let settings = settings.clone();
-            handle.spawn(async move { pool.open_server(s, settings).await });
+            handle.spawn(async move { pool.open_server(s, settings, connecting).await });
         }
     }
 
-    async fn open_server(self: Arc<Self>, slots: ServerSlots, settings: Arc<PoolSettings>) {
+    async fn open_server(
+        self: Arc<Self>,
+        slots: ServerSlots,
+        settings: Arc<PoolSettings>,
+        connecting: Connecting,
+    ) {
         let keys = self.scram_keys.lock().clone();
         let started = Instant::now();
         let result = self
@@ -127,7 +135,7 @@ impl Pool {
                 }
                 {
                     let mut st = self.state.lock();
-                    st.connecting = st.connecting.saturating_sub(1);
+                    connecting.finish(&mut st);
                     st.failure = None;
                     self.failing.store(false, Ordering::Relaxed);
                 }
@@ -136,17 +144,17 @@ impl Pool {
             }
             Err(e) => {
                 drop(slots);
-                self.login_failed(e);
+                self.login_failed(e, connecting);
             }
         }
     }
 
-    fn login_failed(self: &Arc<Self>, e: ServerError) {
+    fn login_failed(self: &Arc<Self>, e: ServerError, connecting: Connecting) {
         tracing::warn!("{}: server login failed: {}", self.key, e);
         let notice: Option<ClientNotice> = e.is_login_rejection().then(|| e.client_notice());
         {
             let mut st = self.state.lock();
-            st.connecting = st.connecting.saturating_sub(1);
+            connecting.finish(&mut st);
             st.failure = Some(LoginFailure {
                 at: Instant::now(),
                 message: e.to_string(),

@@ -18,6 +18,7 @@ pub mod servers;
 pub mod settings;
 mod shard;
 mod shrink;
+mod states;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -760,3 +760,25 @@ async fn a_dirty_server_is_never_handed_to_another_client() {
         drop(next);
     }
 }
+
+/// The hand-kept counts come back however a state ends: a pooler query whose task is dropped
+/// mid-way (its client gone) leaves no sv_tested behind, a connect dropped with its task no
+/// sv_login.
+#[tokio::test(start_paused = true)]
+async fn tested_and_connecting_counts_end_with_their_state_however_it_ends() {
+    let f = fake(0);
+    let pool = pool_with(settings(5, 0), &f, ConnCounter::new());
+    let s = pool.checkout().await.unwrap();
+    {
+        let _testing = super::states::Testing::begin(&pool, &s);
+        assert_eq!(pool.counts().tested, 1);
+        // Dropped without `end`: the future running the query was cancelled.
+    }
+    assert_eq!(pool.counts().tested, 0);
+    pool.state.lock().connecting += 1;
+    let connecting = super::states::Connecting::adopt(&pool);
+    assert_eq!(pool.counts().connecting, 1);
+    drop(connecting);
+    assert_eq!(pool.counts().connecting, 0);
+    pool.release(s, true);
+}
