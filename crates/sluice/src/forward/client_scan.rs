@@ -479,7 +479,12 @@ impl RelayCore<'_> {
             return;
         }
         let max = self.prepared.as_ref().map_or(1, |p| p.max_per_server);
-        for old in self.server.prepared.insert(stmt.clone(), max) {
+        let evicted = self.server.prepared.insert(stmt.clone(), max);
+        if !evicted.is_empty() {
+            // The worker's own copy of the pool's counters: no shared cache line.
+            PoolStats::add(&self.stats.prepared_evictions, evicted.len() as u64);
+        }
+        for old in evicted {
             encode_close(b'S', &old.server_name, &mut self.scratch.c_inject);
             self.push(Expect::Close {
                 action: Action::Skip,
