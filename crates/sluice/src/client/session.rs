@@ -64,7 +64,7 @@ pub(super) struct PoolMember(pub(super) Arc<Pool>);
 impl Drop for Session {
     fn drop(&mut self) {
         if self.counted_pinned {
-            self.pool.pin_changed(false);
+            self.pool.pin_changed(self.entry.id, None);
         }
     }
 }
@@ -308,10 +308,10 @@ fn release_reset(settings: &PoolSettings) -> Option<&str> {
 
 /// Keep the pool's count of pinned clients in step with this client's tracker.
 fn sync_pin_count(s: &mut Session) {
-    let pinned = s.tracker.pinned().is_some();
-    if pinned != s.counted_pinned {
-        s.pool.pin_changed(pinned);
-        s.counted_pinned = pinned;
+    let by = s.tracker.pinned();
+    if by.is_some() != s.counted_pinned {
+        s.pool.pin_changed(s.entry.id, by);
+        s.counted_pinned = by.is_some();
     }
 }
 

@@ -35,6 +35,7 @@ use tokio::sync::oneshot;
 use crate::error::PoolError;
 use crate::server::welcome::Welcome;
 use crate::server::ServerConn;
+use crate::session_state::policy::Feature;
 use crate::stats::StatsShards;
 use crate::workers::cross::CrossWorkerCounts;
 use connector::Connector;
@@ -127,6 +128,9 @@ pub struct Pool {
     testing: AtomicUsize,
     /// Clients whose session state pins them to their server (transaction/statement mode).
     pinned: AtomicUsize,
+    /// What pinned each of them (client id -> the first feature that did), for the advisor;
+    /// written when a client becomes pinned or unpinned, never per transaction.
+    pinned_by: Mutex<std::collections::HashMap<u64, Feature>>,
     settings: ArcSwap<PoolSettings>,
     /// Bumped after every `update_settings` store (`refresh_settings`).
     settings_version: AtomicU64,
@@ -168,6 +172,7 @@ impl Pool {
             failing: AtomicBool::new(false),
             testing: AtomicUsize::new(0),
             pinned: AtomicUsize::new(0),
+            pinned_by: Mutex::new(std::collections::HashMap::new()),
             settings: ArcSwap::from_pointee(settings),
             settings_version: AtomicU64::new(0),
             servers: ConnCounter::new(),
@@ -349,16 +354,34 @@ impl Pool {
         self.pinned.load(Ordering::Relaxed)
     }
 
-    /// A client became pinned (`true`) or unpinned (`false`).
-    pub fn pin_changed(&self, pinned: bool) {
+    /// Client `client` became pinned by `by` (`Some`) or unpinned (`None`).
+    pub fn pin_changed(&self, client: u64, by: Option<Feature>) {
         use std::sync::atomic::Ordering::Relaxed;
-        if pinned {
-            self.pinned.fetch_add(1, Relaxed);
-        } else {
-            let _ = self
-                .pinned
-                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+        let mut kinds = self.pinned_by.lock();
+        match by {
+            Some(f) => {
+                if kinds.insert(client, f).is_none() {
+                    self.pinned.fetch_add(1, Relaxed);
+                }
+            }
+            None => {
+                if kinds.remove(&client).is_some() {
+                    let _ = self
+                        .pinned
+                        .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+                }
+            }
         }
+    }
+
+    /// Pinned clients per feature that pinned them, in `Feature::ALL` order, zeros left out.
+    pub fn pinned_by_feature(&self) -> Vec<(Feature, usize)> {
+        let kinds = self.pinned_by.lock();
+        Feature::ALL
+            .iter()
+            .map(|&f| (f, kinds.values().filter(|&&k| k == f).count()))
+            .filter(|&(_, n)| n > 0)
+            .collect()
     }
 
     pub fn client_joined(&self) {
