@@ -1,4 +1,5 @@
-//! How a pool opens servers: the real PostgreSQL connector, replaceable in pool tests.
+//! How a pool opens servers: the real PostgreSQL connector, replaceable in pool tests. The real
+//! one also learns each server's facts (`server::facts`) on a fresh connection now and then.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,6 +10,7 @@ use sluice_protocol::ScramKeys;
 
 use crate::error::ServerError;
 use crate::server::connect::{self, ConnectOptions};
+use crate::server::facts::{self, ServerFactsBook};
 use crate::server::{ServerConn, ServerTarget};
 
 pub type ConnectFuture = Pin<Box<dyn Future<Output = Result<ServerConn, ServerError>> + Send>>;
@@ -20,6 +22,11 @@ pub trait Connector: Send + Sync + 'static {
         keys: Option<ScramKeys>,
         opts: ConnectOptions,
     ) -> ConnectFuture;
+
+    /// What this connector has learned of the servers it connects to (None: it learns nothing).
+    fn server_facts(&self) -> Option<&ServerFactsBook> {
+        None
+    }
 }
 
 /// Connects to real servers over TCP or Unix sockets, numbering them (the S-<id> of log lines and
@@ -27,12 +34,14 @@ pub trait Connector: Send + Sync + 'static {
 #[derive(Debug)]
 pub struct PgConnector {
     next_id: AtomicU64,
+    facts: Arc<ServerFactsBook>,
 }
 
 impl Default for PgConnector {
     fn default() -> Self {
         PgConnector {
             next_id: AtomicU64::new(1),
+            facts: Arc::default(),
         }
     }
 }
@@ -45,6 +54,24 @@ impl Connector for PgConnector {
         opts: ConnectOptions,
     ) -> ConnectFuture {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts).await })
+        let book = self.facts.clone();
+        Box::pin(async move {
+            let mut conn = connect::open(id, &target, keys.as_ref(), &opts).await?;
+            let addr = conn.addr.to_string();
+            if book.claim(&addr) {
+                let asked = facts::learn(&mut conn, opts.max_packet_size);
+                match tokio::time::timeout(opts.connect_timeout, asked).await {
+                    Ok(Ok(Some(f))) => book.record(&addr, f),
+                    Ok(Ok(None)) => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => return Err(ServerError::ConnectTimeout),
+                }
+            }
+            Ok(conn)
+        })
+    }
+
+    fn server_facts(&self) -> Option<&ServerFactsBook> {
+        Some(&self.facts)
     }
 }

@@ -33,6 +33,11 @@ impl PoolRegistry {
         }
     }
 
+    /// What the connector learned of the servers (max_connections...), when it learns any.
+    pub fn server_facts(&self) -> Option<&crate::server::facts::ServerFactsBook> {
+        self.connector.server_facts()
+    }
+
     /// A fresh config generation number (reload bumps it for databases whose login changed).
     pub fn next_generation(&self) -> u64 {
         self.generation.fetch_add(1, Ordering::Relaxed) + 1

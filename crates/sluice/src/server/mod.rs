@@ -1,6 +1,7 @@
 //! A connection to a PostgreSQL server: its socket, read buffer, parameters and identity.
 
 pub mod connect;
+pub mod facts;
 pub mod login;
 pub mod params;
 pub mod query;

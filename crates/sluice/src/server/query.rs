@@ -106,7 +106,8 @@ pub async fn run_simple(
     drain_to_ready(conn, max_len, None, |_| None).await
 }
 
-async fn send_query(conn: &mut ServerConn, sql: &str) -> Result<(), ServerError> {
+/// Send `sql` as a simple Query (its answer is read by `drain_to_ready`).
+pub(crate) async fn send_query(conn: &mut ServerConn, sql: &str) -> Result<(), ServerError> {
     let mut out = BytesMut::with_capacity(sql.len() + 8);
     encode_query(sql, &mut out);
     conn.stream.write_all(&out).await?;
