@@ -1,6 +1,6 @@
 //! The dashboard on the metrics listener (`/`), loaded in a real headless Chromium while pgbench
 //! runs: the page polls `/dashboard.json`, logs nothing to the console, and its charts hold
-//! non-zero data for the loaded pool. Writes a screenshot to target/dashboard.png. Skips where
+//! non-zero data for the loaded pool and for the connections against PostgreSQL's max_connections. Writes a screenshot to target/dashboard.png. Skips where
 //! Debian's chromium package is not installed.
 
 mod bad_input_common;
@@ -117,6 +117,17 @@ async fn the_dashboard_shows_a_loaded_pool_in_a_real_browser() {
             .unwrap();
         assert!(nonzero >= 1, "chart {id} holds no data\n{dom}");
     }
+    // The process panel: Sluice's server connections against PostgreSQL's max_connections (the
+    // harness's cluster has 200, 3 of them reserved for superusers), learned from the server.
+    let pg: u32 = attr(&dom, "pgconns", "data-nonzero")
+        .unwrap_or_else(|| panic!("no chart pgconns\n{dom}"))
+        .parse()
+        .unwrap();
+    assert!(pg >= 1, "chart pgconns holds no data\n{dom}");
+    assert!(
+        dom.contains("<span id=\"pgmax\">200, 197 for ordinary roles</span>"),
+        "{dom}"
+    );
     let status = &dom[dom.find("id=\"status\"").unwrap()..];
     assert!(!status.starts_with("id=\"status\">unreachable"), "{status}");
 

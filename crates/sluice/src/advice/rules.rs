@@ -16,6 +16,9 @@ pub struct Window {
     pub open: usize,
     /// Clients logged in to the pool at the end of the period.
     pub clients: usize,
+    pub queries: u64,
+    /// Statements the per-server prepared-statement caches closed to make room.
+    pub evictions: u64,
 }
 
 impl Window {
@@ -76,7 +79,28 @@ pub struct PoolFacts {
     pub reset_always: bool,
     /// Clients pinned to their servers by session state now.
     pub pinned: usize,
+    /// Of those, how many each kind of statement pinned (its description, the count).
+    pub pinned_by: Vec<(&'static str, usize)>,
+    /// max_prepared_statements (0 = prepared statements pass through).
+    pub max_prepared: u32,
+    /// PostgreSQL's room for this pool, when its server's max_connections is known.
+    pub room: Option<Room>,
+    /// What one of its idle backends costs PostgreSQL.
+    pub backend: BackendCost,
 }
+
+/// The connections PostgreSQL leaves to a pool: max_connections less reserved slots less what the
+/// other pools on the same server may open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    pub max_connections: u32,
+    /// max_connections less superuser_reserved_connections and reserved_connections.
+    pub headroom: u32,
+    /// headroom less the other pools' pool_size + reserve_pool_size.
+    pub left: u64,
+}
+
+use super::backend_cost::BackendCost;
 
 /// One piece of advice.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,23 +139,38 @@ pub fn pool_findings(f: &PoolFacts, windows: &[Window]) -> Vec<Finding> {
     if windows.len() >= 2 && held(windows, starved) >= 2 {
         let (busy, queued) = (avg(Window::busy), avg(Window::queued));
         let clients = recent.first().map_or(0, |w| w.clients) as u64;
-        let mut want = ((busy + queued) * 1.1).ceil() as u64;
-        want = want.min(clients.max(f.pool_size as u64 + 1));
+        let need = ((busy + queued) * 1.1).ceil() as u64;
+        let mut want = need.min(clients.max(f.pool_size as u64 + 1));
         if f.max_db_connections > 0 {
             want = want.min(f.max_db_connections as u64);
         }
+        let mut cap_note = String::new();
+        if let Some(r) = f.room {
+            cap_note = format!(
+                "; PostgreSQL accepts {} (max_connections {}, less reserved slots), of which {} \
+                 are not claimed by the other pools on that server",
+                r.headroom, r.max_connections, r.left
+            );
+            want = want.min(r.left);
+        }
+        let evidence = format!(
+            "over the last {} stats periods: {busy:.1} of {} servers busy on average, \
+             {queued:.1} clients waiting on average; servers needed = busy + waiting = {:.1} \
+             (+10%){cap_note}",
+            recent.len(),
+            f.pool_size,
+            busy + queued
+        );
         if want > f.pool_size as u64 {
+            out.push(finding("pool_too_small", evidence, f.size_from.line(want)));
+        } else if let Some(r) = f.room.filter(|r| r.left <= u64::from(f.pool_size)) {
             out.push(finding(
                 "pool_too_small",
+                evidence,
                 format!(
-                    "over the last {} stats periods: {busy:.1} of {} servers busy on average, \
-                     {queued:.1} clients waiting on average; servers needed = busy + waiting \
-                     = {:.1} (+10%)",
-                    recent.len(),
-                    f.pool_size,
-                    busy + queued
+                    "postgresql.conf max_connections = {} (no room left for a larger pool)",
+                    u64::from(r.max_connections) + need.saturating_sub(r.left)
                 ),
-                f.size_from.line(want),
             ));
         }
     }
@@ -150,8 +189,11 @@ pub fn pool_findings(f: &PoolFacts, windows: &[Window]) -> Vec<Finding> {
                 format!(
                     "over the last {} stats periods: {open} servers open, {busy:.2} busy on \
                      average, no client waiting; every idle server is a PostgreSQL backend \
-                     holding memory (a few MB each) and a max_connections slot",
-                    recent.len()
+                     holding a max_connections slot and {}; {:.0} idle: {:.0} MB",
+                    recent.len(),
+                    f.backend.describe(),
+                    open as f64 - busy,
+                    (open as f64 - busy).max(0.0) * f.backend.bytes as f64 / (1024.0 * 1024.0)
                 ),
                 f.size_from.line(want),
             ));
@@ -210,14 +252,50 @@ pub fn pool_findings(f: &PoolFacts, windows: &[Window]) -> Vec<Finding> {
         ));
     }
 
+    // Prepared-statement cache churn: statements closed to make room, then prepared again.
+    let churn = |w: &Window| w.evictions >= 5 && w.evictions * 10 >= w.queries;
+    if f.max_prepared > 0 && windows.len() >= 2 && held(windows, churn) >= 2 {
+        let per_sec = avg(|w| per_second(w.evictions * 1_000_000, w.secs));
+        let per_query = {
+            let (e, q) = recent
+                .iter()
+                .fold((0, 0), |(e, q), w| (e + w.evictions, q + w.queries));
+            e as f64 / q.max(1) as f64
+        };
+        out.push(finding(
+            "prepared_statement_cache_churn",
+            format!(
+                "the per-server prepared-statement cache (max_prepared_statements {}) closed \
+                 {per_sec:.0} statements per second over the last {} stats periods, {:.0}% of \
+                 queries: each is prepared again when next used, one more Parse on the server",
+                f.max_prepared,
+                recent.len(),
+                per_query * 100.0
+            ),
+            format!(
+                "[pgbouncer] max_prepared_statements = {}",
+                u64::from(f.max_prepared) * 2
+            ),
+        ));
+    }
+
     if f.pinned > 0 {
+        let kinds: Vec<String> = f
+            .pinned_by
+            .iter()
+            .map(|(k, n)| format!("{k}: {n}"))
+            .collect();
         out.push(finding(
             "clients_pinned",
             format!(
-                "{} clients are pinned to their servers by session state (session-level SET, \
-                 advisory locks, LISTEN, WITH HOLD cursors, temporary tables): each holds a server \
-                 for its whole session",
-                f.pinned
+                "{} clients are pinned to their servers by session state ({}): each holds a \
+                 server for its whole session",
+                f.pinned,
+                if kinds.is_empty() {
+                    "kinds unknown".to_string()
+                } else {
+                    kinds.join(", ")
+                }
             ),
             "(the application: keep that state inside transactions, or use a session-mode pool \
              for these clients)"
@@ -260,6 +338,10 @@ mod tests {
             pooled: true,
             reset_always: false,
             pinned: 0,
+            pinned_by: Vec::new(),
+            max_prepared: 0,
+            room: None,
+            backend: BackendCost::estimate(None),
         }
     }
 
@@ -271,6 +353,8 @@ mod tests {
             wait_time_us: (queued * 1e6) as u64,
             open,
             clients,
+            queries: 100,
+            evictions: 0,
         }
     }
 
@@ -321,5 +405,112 @@ mod tests {
             "[pgbouncer] max_client_conn = 200"
         );
         assert!(global_findings(50, 100).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod more_tests {
+    use super::*;
+
+    fn facts() -> PoolFacts {
+        PoolFacts {
+            database: "app".into(),
+            user: "u".into(),
+            pool_size: 2,
+            size_from: SizeFrom::Default,
+            min_pool_size: 0,
+            max_db_connections: 0,
+            pooled: true,
+            reset_always: false,
+            pinned: 0,
+            pinned_by: Vec::new(),
+            max_prepared: 0,
+            room: None,
+            backend: BackendCost::estimate(None),
+        }
+    }
+
+    fn w(busy: f64, queued: f64, open: usize, evictions: u64) -> Window {
+        Window {
+            secs: 1.0,
+            xacts: 100,
+            xact_time_us: (busy * 1e6) as u64,
+            wait_time_us: (queued * 1e6) as u64,
+            open,
+            clients: 40,
+            queries: 100,
+            evictions,
+        }
+    }
+
+    #[test]
+    fn the_suggested_size_is_capped_by_postgresqls_room() {
+        let mut f = facts();
+        f.room = Some(Room {
+            max_connections: 100,
+            headroom: 97,
+            left: 6,
+        });
+        let found = pool_findings(&f, &[w(2.0, 20.0, 2, 0); 3]);
+        assert_eq!(found[0].change, "[pgbouncer] default_pool_size = 6");
+        assert!(found[0].evidence.contains("max_connections 100"));
+        // No room at all: raise max_connections instead (need ⌈22 × 1.1⌉ = 25, 1 left).
+        f.room = Some(Room {
+            max_connections: 100,
+            headroom: 97,
+            left: 1,
+        });
+        let found = pool_findings(&f, &[w(2.0, 20.0, 2, 0); 3]);
+        assert_eq!(
+            found[0].change,
+            "postgresql.conf max_connections = 124 (no room left for a larger pool)"
+        );
+    }
+
+    #[test]
+    fn cache_churn_and_pin_kinds_are_reported() {
+        let mut f = facts();
+        f.pool_size = 10;
+        assert!(pool_findings(&f, &[w(1.0, 0.0, 2, 50); 3]).is_empty());
+        f.max_prepared = 2;
+        let found = pool_findings(&f, &[w(1.0, 0.0, 2, 50); 3]);
+        assert_eq!(found[0].rule, "prepared_statement_cache_churn");
+        assert_eq!(found[0].change, "[pgbouncer] max_prepared_statements = 4");
+        assert!(found[0].evidence.contains("50%"), "{}", found[0].evidence);
+        // A few evictions among many queries are no churn.
+        assert!(pool_findings(&f, &[w(1.0, 0.0, 2, 4); 3]).is_empty());
+        f.max_prepared = 0;
+        f.pinned = 3;
+        f.pinned_by = vec![("LISTEN", 2), ("session advisory locks", 1)];
+        let found = pool_findings(&f, &[w(1.0, 0.0, 2, 0)]);
+        assert!(
+            found[0]
+                .evidence
+                .starts_with("3 clients are pinned to their servers by session state (LISTEN: 2, session advisory locks: 1)"),
+            "{}",
+            found[0].evidence
+        );
+    }
+
+    #[test]
+    fn idle_backends_are_priced() {
+        let mut f = facts();
+        f.pool_size = 10;
+        f.backend = BackendCost {
+            bytes: 10 << 20,
+            measured: 3,
+            work_mem: Some(4 << 20),
+        };
+        let found = pool_findings(&f, &[w(0.0, 0.0, 8, 0); 3]);
+        assert_eq!(found[0].rule, "pool_too_large");
+        assert!(
+            found[0].evidence.contains(
+                "10.0 MB private memory per idle backend (measured: Private_Dirty of 3 of its \
+                 backends in /proc), plus up to work_mem 4 MB per sort or hash while busy; 8 \
+                 idle: 80 MB"
+            ),
+            "{}",
+            found[0].evidence
+        );
     }
 }

@@ -74,15 +74,51 @@ pub fn json(app: &Arc<App>) -> String {
         ));
     }
     let advice = crate::advice::to_json(&app.advisor.findings(app));
+    let servers: usize = live.iter().map(|p| p.servers_book.all().len()).sum();
+    let pg = postgres_servers(app, &live);
     format!(
         "{{\"time_ms\":{now_ms},\"bounds_us\":{},\"process\":{{\"rss_bytes\":{rss},\
-         \"cpu_seconds\":{cpu},\"clients\":{},\"max_client_conn\":{},\"workers\":[{}]}},\
-         \"pools\":[{}],\"advice\":{}}}\n",
+         \"cpu_seconds\":{cpu},\"clients\":{},\"max_client_conn\":{},\"workers\":[{}],\
+         \"servers\":{servers},\"postgres\":[{}]}},\"pools\":[{}],\"advice\":{}}}\n",
         list(BOUNDS_US.iter().copied()),
         app.client_count.load(Ordering::Relaxed),
         cfg.settings.max_client_conn,
         workers.join(","),
+        pg.join(","),
         pools.join(","),
         advice.trim_end(),
     )
+}
+
+/// Each PostgreSQL server whose max_connections Sluice has learned (`server::facts`): its
+/// address, max_connections, what ordinary roles may open, and the connections Sluice holds there.
+fn postgres_servers(app: &App, live: &[Arc<crate::pool::Pool>]) -> Vec<String> {
+    let Some(book) = app.pools.server_facts() else {
+        return Vec::new();
+    };
+    let mut addrs: Vec<String> = Vec::new();
+    for p in live {
+        for a in &p.settings().target.addrs {
+            let a = a.to_string();
+            if !addrs.contains(&a) {
+                addrs.push(a);
+            }
+        }
+    }
+    addrs
+        .iter()
+        .filter_map(|a| {
+            let f = book.get(a)?;
+            let open: usize = live
+                .iter()
+                .map(|p| p.servers_book.all().iter().filter(|r| &r.addr == a).count())
+                .sum();
+            Some(format!(
+                "{{\"addr\":\"{}\",\"max_connections\":{},\"headroom\":{},\"servers\":{open}}}",
+                esc(a),
+                f.max_connections,
+                f.headroom()
+            ))
+        })
+        .collect()
 }
