@@ -17,6 +17,7 @@ use crate::auth::hba_state::HbaState;
 use crate::auth::query::AuthQueryCache;
 use crate::auth::scram_cache::ScramCache;
 use crate::cancel::CancelRegistry;
+use crate::client::limits::ClientCounts;
 use crate::client::registry::ClientRegistry;
 use crate::lifecycle::{Control, Lifecycle};
 use crate::pool::connector::Connector;
@@ -50,6 +51,8 @@ pub struct App {
     pub peer_pools: crate::peers::PeerPools,
     /// Live clients (SHOW CLIENTS, KILL_CLIENT).
     pub registry: Arc<ClientRegistry>,
+    /// Logged-in clients per database and per login user (max_*_client_connections).
+    pub client_counts: Arc<ClientCounts>,
     /// Protocol-level prepared statements shared by all clients and servers.
     pub statements: StatementRegistry,
     pub lifecycle: Lifecycle,
@@ -111,6 +114,7 @@ impl App {
             cancels: Arc::new(CancelRegistry::default()),
             peer_pools: Default::default(),
             registry: Arc::new(ClientRegistry::default()),
+            client_counts: Arc::default(),
             statements: StatementRegistry::default(),
             lifecycle: Lifecycle::default(),
             control: Control::default(),

@@ -41,10 +41,13 @@ impl ClientConn {
         ClientConn {
             id,
             stream,
-            // From the worker's spares, and back there on drop (`Drop`): a login allocates no
-            // read buffer in steady state.
-            rbuf: crate::net::spare_buffers::take(CLIENT_READ_CHUNK),
-            wbuf: BytesMut::with_capacity(512),
+            // None until bytes arrive: reads take one from the worker's spares once the socket
+            // is readable (`Stream::read_when_ready`) and give it back while waiting, so a
+            // login waiting for its client holds none (a connection storm's peak memory), and
+            // it goes back there on drop (`Drop`).
+            rbuf: BytesMut::new(),
+            // Grown by the first message composed for the client.
+            wbuf: BytesMut::new(),
             peer,
             names: None,
             suspend,
@@ -86,7 +89,9 @@ impl ClientConn {
 
 impl Drop for ClientConn {
     fn drop(&mut self) {
-        crate::net::spare_buffers::give(std::mem::take(&mut self.rbuf), CLIENT_READ_CHUNK);
+        if self.rbuf.capacity() > 0 {
+            crate::net::spare_buffers::give(std::mem::take(&mut self.rbuf), CLIENT_READ_CHUNK);
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! SHOW POOLS, DATABASES, USERS, PEERS, PEER_POOLS, LISTS and STATE. The row builders are shared
 //! with the Prometheus endpoint so both always report the same figures.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -165,10 +165,6 @@ fn database_entries(app: &App, cfg: &Config) -> Vec<DatabaseEntry> {
 pub fn database_rows(app: &App) -> Vec<DatabaseRow> {
     let cfg = app.config();
     let s = &cfg.settings;
-    let mut clients: BTreeMap<String, usize> = BTreeMap::new();
-    for p in app.pools.all() {
-        *clients.entry(p.key.database.clone()).or_default() += p.counts().clients;
-    }
     let mut rows = vec![DatabaseRow {
         name: ADMIN_DB.into(),
         host: None,
@@ -208,7 +204,7 @@ pub fn database_rows(app: &App) -> Vec<DatabaseRow> {
             max_client_connections: db
                 .max_db_client_connections
                 .unwrap_or(s.max_db_client_connections),
-            current_client_connections: clients.get(&db.name).copied().unwrap_or(0),
+            current_client_connections: app.client_counts.database(&db.name),
             paused: app.control.db_paused(&db.name),
             disabled: app.control.db_disabled(&db.name),
             name: db.name,
@@ -292,12 +288,13 @@ pub fn users(app: &Arc<App>) -> ResultSet {
     let mut rs = ResultSet::new(USERS_COLUMNS);
     for name in user_names(app, &cfg) {
         let u = cfg.user(&name);
-        let (mut servers, mut clients) = (0, 0);
-        for p in pools.iter().filter(|p| p.key.user == name) {
-            let c = p.counts();
-            servers += c.total;
-            clients += c.clients;
-        }
+        // Servers by the user pools log in as; clients by the user they logged in as.
+        let servers: usize = pools
+            .iter()
+            .filter(|p| p.key.user == name)
+            .map(|p| p.counts().total)
+            .sum();
+        let mut clients = app.client_counts.user(&name);
         if name == ADMIN_USER {
             clients += app.admin_clients.load(Ordering::Relaxed);
         }

@@ -21,7 +21,6 @@ use super::query::{self, AuthScope};
 use crate::app::App;
 use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
-use crate::net::framed::read_message;
 
 /// Password messages are bounded (PgBouncer's MAX_PASSWORD plus framing).
 const MAX_AUTH_MESSAGE: usize = 65_536 + 512;
@@ -214,7 +213,13 @@ async fn find_secret(
 /// Send what is queued and read the client's next authentication message ('p').
 async fn exchange(client: &mut ClientConn) -> Result<bytes::BytesMut, EndReason> {
     client.flush().await.map_err(|_| EndReason::ClientClosed)?;
-    match read_message(&mut client.stream, &mut client.rbuf, MAX_AUTH_MESSAGE).await {
+    let read = crate::net::framed::read_message_when_ready(
+        &mut client.stream,
+        &mut client.rbuf,
+        MAX_AUTH_MESSAGE,
+        crate::conn::CLIENT_READ_CHUNK,
+    );
+    match read.await {
         Ok((frontend_tag::PASSWORD, body)) => Ok(body),
         Ok((tag, _)) => Err(EndReason::Error(ClientNotice::new(
             sqlstate::PROTOCOL_VIOLATION,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use sluice_config::AuthType;
 use sluice_protocol::{encode_backend_key_data, encode_ready_for_query, TransactionStatus};
 
+use super::limits::Admitted;
 use super::registry::ClientEntry;
 use super::session::{PoolMember, Session};
 use super::startup::StartupInfo;
@@ -84,9 +85,12 @@ pub async fn login(
     if let Some(keys) = auth.scram_keys.clone().filter(|_| db.user.is_none()) {
         pool.set_scram_keys(keys);
     }
-    check_client_limits(app, &pool, &db)?;
+    let admitted = admit(app, &db, &info.user)?;
     pool.client_joined();
-    let member = PoolMember(pool.clone());
+    let member = PoolMember {
+        pool: pool.clone(),
+        _admitted: admitted,
+    };
     PoolStats::add(&pool.stats.client_logins, 1);
 
     let welcome = match pool.welcome() {
@@ -176,43 +180,25 @@ fn follow_auth_query_secret(
     ));
 }
 
-fn check_client_limits(
+/// Count the client in its database's and login user's client counts, or refuse it over
+/// max_db_client_connections / max_user_client_connections (a [databases] or [users] value over
+/// the global one) with PgBouncer's 08P01 answer.
+fn admit(
     app: &Arc<App>,
-    pool: &Arc<Pool>,
     db: &sluice_config::DatabaseEntry,
-) -> Result<(), EndReason> {
+    user: &str,
+) -> Result<Admitted, EndReason> {
     let cfg = app.config();
     let db_limit = db
         .max_db_client_connections
         .unwrap_or(cfg.settings.max_db_client_connections) as usize;
     let user_limit = cfg
-        .user(&pool.key.user)
+        .user(user)
         .and_then(|u| u.max_user_client_connections)
         .unwrap_or(cfg.settings.max_user_client_connections) as usize;
-    if db_limit == 0 && user_limit == 0 {
-        return Ok(());
-    }
-    let (mut db_clients, mut user_clients) = (0, 0);
-    for p in app.pools.all() {
-        let n = p.counts().clients;
-        if p.key.database == pool.key.database {
-            db_clients += n;
-        }
-        if p.key.user == pool.key.user {
-            user_clients += n;
-        }
-    }
-    if db_limit != 0 && db_clients >= db_limit {
-        return Err(EndReason::Error(ClientNotice::new(
-            sqlstate::PROTOCOL_VIOLATION,
-            "no more connections allowed (max_db_client_connections)",
-        )));
-    }
-    if user_limit != 0 && user_clients >= user_limit {
-        return Err(EndReason::Error(ClientNotice::new(
-            sqlstate::PROTOCOL_VIOLATION,
-            "no more connections allowed (max_user_client_connections)",
-        )));
-    }
-    Ok(())
+    app.client_counts
+        .admit(&db.name, user, db_limit, user_limit)
+        .map_err(|r| {
+            EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, r.message()))
+        })
 }

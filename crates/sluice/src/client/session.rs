@@ -58,8 +58,12 @@ pub struct Session {
     pub(super) _member: PoolMember,
 }
 
-/// Membership in the pool's client count: leaves it on drop.
-pub(super) struct PoolMember(pub(super) Arc<Pool>);
+/// Membership in the pool's client count, and in the database's and login user's counts
+/// (max_db_client_connections, max_user_client_connections): leaves them on drop.
+pub(super) struct PoolMember {
+    pub(super) pool: Arc<Pool>,
+    pub(super) _admitted: super::limits::Admitted,
+}
 
 impl Drop for Session {
     fn drop(&mut self) {
@@ -71,7 +75,7 @@ impl Drop for Session {
 
 impl Drop for PoolMember {
     fn drop(&mut self) {
-        self.0.client_left();
+        self.pool.client_left();
     }
 }
 

@@ -43,6 +43,40 @@ pub async fn read_message<S: AsyncRead + Unpin>(
     }
 }
 
+/// `read_message` for a client between messages: while nothing of the next message has arrived,
+/// the read buffer goes back to the worker's spares and is taken again once the socket is
+/// readable (`Stream::read_when_ready`). A login waiting for its client's next message (the
+/// password, after the challenge) then holds no buffer: in a connection storm only the logins
+/// being read at that moment do.
+pub async fn read_message_when_ready(
+    stream: &mut super::Stream,
+    buf: &mut BytesMut,
+    max_len: usize,
+    chunk: usize,
+) -> Result<(u8, BytesMut), ReadError> {
+    loop {
+        if let Some(h) = peek_header(buf, max_len)? {
+            let total = h.total_len();
+            if buf.len() >= total {
+                let mut msg = buf.split_to(total);
+                msg.advance(5);
+                return Ok((h.tag, msg));
+            }
+            buf.reserve(total - buf.len());
+        } else if !buf.is_empty() && buf.capacity() - buf.len() < 512 {
+            buf.reserve(4096);
+        }
+        let n = if buf.is_empty() {
+            stream.read_when_ready(buf, chunk).await?
+        } else {
+            stream.read_buf(buf).await?
+        };
+        if n == 0 {
+            return Err(ReadError::Closed);
+        }
+    }
+}
+
 /// Write a whole buffer and clear it.
 pub async fn write_all<S: AsyncWrite + Unpin>(
     stream: &mut S,
