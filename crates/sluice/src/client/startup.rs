@@ -223,7 +223,7 @@ async fn validate(
                     "replication connections are not supported by Sluice yet",
                 )))
             }
-            "options" => parse_options(app, v, &mut tracked, ignored("options"))?,
+            "options" => parse_options(app, v, &mut tracked, ignored)?,
             _ if k.starts_with("_pq_.") => negotiate.push(k),
             _ => {
                 if let Some(name) = app.tracked.canonical(k) {
@@ -260,41 +260,106 @@ async fn validate(
     })
 }
 
-/// `options`: only `-c name=value` and `--name=value` of tracked parameters are honoured; others fail
-/// unless `options` is in ignore_startup_parameters.
+/// `options`, read as PgBouncer 1.25 reads it: settings `-c name=value` (space after `-c`
+/// optional) or `--name=value`, separated by whitespace, a backslash taking the next character
+/// as it is (`\ ` a space, `\\` a backslash). Tracked parameters are kept (and sent to servers as
+/// SETs); another name is dropped when ignore_startup_parameters lists it or `options`, and
+/// refused otherwise. Anything that is not such a setting (trailing whitespace included) is
+/// refused, whatever ignore_startup_parameters says.
 fn parse_options(
     app: &Arc<App>,
     options: &str,
     tracked: &mut ParamMap,
-    ignore_unknown: bool,
+    ignored: impl Fn(&str) -> bool,
 ) -> Result<(), EndReason> {
-    let mut words = options.split_ascii_whitespace();
-    while let Some(w) = words.next() {
-        let setting = if w == "-c" {
-            words.next()
-        } else if let Some(rest) = w.strip_prefix("-c") {
-            Some(rest)
-        } else {
-            w.strip_prefix("--")
-        };
-        let parsed = setting.and_then(|s| s.split_once('='));
-        match parsed {
-            Some((k, v)) => {
-                if let Some(name) = app.tracked.canonical(k) {
-                    tracked.set(name, v);
-                } else if !ignore_unknown {
-                    return Err(protocol_error(format!(
-                        "unsupported options startup parameter: parameter {k}"
-                    )));
-                }
-            }
-            None if ignore_unknown => {}
-            None => {
-                return Err(protocol_error(format!(
-                    "unsupported options startup parameter: {w}"
-                )))
-            }
+    for setting in option_settings(options)? {
+        let (k, v) = setting;
+        if let Some(name) = app.tracked.canonical(&k) {
+            tracked.set(name, &v);
+        } else if !(ignored(&k) || ignored("options")) {
+            return Err(protocol_error(format!(
+                "unsupported startup parameter in options: {k}"
+            )));
         }
     }
     Ok(())
+}
+
+/// The (name, value) settings of an `options` value, or PgBouncer's refusal of its form.
+fn option_settings(options: &str) -> Result<Vec<(String, String)>, EndReason> {
+    let only = || {
+        protocol_error(
+            "unsupported options startup parameter: only '-c config=val' and '--config=val' are allowed",
+        )
+    };
+    // C's isspace(), as PgBouncer skips it.
+    let space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c');
+    let mut out = Vec::new();
+    let mut rest = options;
+    while !rest.is_empty() {
+        rest = rest.trim_start_matches(space);
+        rest = if let Some(r) = rest.strip_prefix("-c") {
+            r.trim_start_matches(space)
+        } else if let Some(r) = rest.strip_prefix("--") {
+            r
+        } else {
+            return Err(only());
+        };
+        let mut arg = String::new();
+        let mut chars = rest.char_indices();
+        let mut end = rest.len();
+        while let Some((i, c)) = chars.next() {
+            if space(c) {
+                end = i;
+                break;
+            }
+            if c == '\\' {
+                match chars.next() {
+                    Some((_, n)) => arg.push(n),
+                    None => break,
+                }
+            } else {
+                arg.push(c);
+            }
+        }
+        rest = &rest[end..];
+        let (k, v) = arg.split_once('=').ok_or_else(only)?;
+        out.push((k.to_string(), v.to_string()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::option_settings;
+
+    fn settings(o: &str) -> Option<Vec<(String, String)>> {
+        option_settings(o).ok()
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Option<Vec<(String, String)>> {
+        Some(p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+    }
+
+    #[test]
+    fn options_are_read_as_pgbouncer_reads_them() {
+        assert_eq!(settings(""), pairs(&[]));
+        assert_eq!(
+            settings("-c DateStyle=YMD -cTimeZone=UTC  --application_name=a=b"),
+            pairs(&[
+                ("DateStyle", "YMD"),
+                ("TimeZone", "UTC"),
+                ("application_name", "a=b")
+            ])
+        );
+        assert_eq!(
+            settings(r"-c application_name=my\ app\\x"),
+            pairs(&[("application_name", r"my app\x")])
+        );
+        assert_eq!(settings("  -c DateStyle=YMD"), pairs(&[("DateStyle", "YMD")]));
+        // PgBouncer refuses these forms.
+        for bad in ["   ", "-c DateStyle=YMD ", "-x", "-c DateStyle", "-c", "DateStyle=YMD"] {
+            assert_eq!(settings(bad), None, "{bad:?}");
+        }
+    }
 }
