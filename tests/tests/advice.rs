@@ -6,7 +6,9 @@ mod bad_input_common;
 
 use std::time::Duration;
 
-use sluice_e2e::{free_port, http_get, pgbench, pgbench_script, Console, ConsoleResult, Sluice};
+use sluice_e2e::{
+    free_port, http_get, metrics, pgbench, pgbench_script, sample, Console, ConsoleResult, Sluice,
+};
 
 use bad_input_common::{DB_LINE, USERLIST};
 
@@ -214,7 +216,7 @@ async fn pools_that_may_open_more_than_max_connections_are_found() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepared_statement_cache_churn_is_found() {
     // pgbench -M prepared cycles through four statements; each server keeps two.
-    let (s, _) = start("default_pool_size = 2\nmax_prepared_statements = 2");
+    let (s, mport) = start("default_pool_size = 2\nmax_prepared_statements = 2");
     let script = s.socket_dir.join(format!("churn-{}.sql", s.port));
     std::fs::write(&script, "SELECT 1;\nSELECT 2;\nSELECT 3;\nSELECT 4;\n").unwrap();
     let args: Vec<String> = [
@@ -257,4 +259,10 @@ async fn prepared_statement_cache_churn_is_found() {
             .as_deref(),
         Some("[pgbouncer] max_prepared_statements = 4")
     );
+    // The count behind it, on /metrics.
+    let evicted = sample(
+        &metrics(mport).await,
+        "sluice_prepared_evictions_total{database=\"app\"}",
+    );
+    assert!(evicted >= 10.0, "{evicted}");
 }

@@ -402,6 +402,12 @@ const TOTALS: &[StatField] = &[
         |s| s.server_parse_count as f64,
     ),
     (
+        "sluice_prepared_evictions_total",
+        "counter",
+        "Statements the per-server prepared-statement caches closed to stay within max_prepared_statements.",
+        |s| s.prepared_evictions as f64,
+    ),
+    (
         "sluice_binds_total",
         "counter",
         "Bind messages received from clients.",
