@@ -25,7 +25,7 @@ declare_settings! {
         auth_query: String = AUTH_QUERY_DEFAULT, reloadable, supported, "Query returning (user, password) for users not in auth_file; $1 is the user name. Results are cached per user until RELOAD.";
         auth_type: AuthType = "md5", reloadable, supported, "Client authentication: any, trust, plain, md5, scram-sha-256, cert (client certificate CN = user), hba (rules from auth_hba_file) (ldap and pam are refused at load: not implemented).";
         auth_user: Option<String> = "", reloadable, supported, "User (with its password in auth_file) that connects to run auth_query for users not in auth_file.";
-        autodb_idle_timeout: Seconds = "3600", reloadable, unsupported, "Seconds after which an unused database created from the '*' entry is freed.";
+        autodb_idle_timeout: Seconds = "3600", reloadable, supported, "Seconds after which a database created from the '*' entry, with no clients and no servers, is freed (its pools closed and removed); 0 = never.";
         cancel_wait_timeout: Seconds = "10", reloadable, supported, "Seconds a cancel request may wait to be forwarded before it is dropped; 0 = no limit.";
         client_idle_timeout: Seconds = "0", reloadable, supported, "Seconds an idle client may stay connected; 0 = no limit.";
         client_login_timeout: Seconds = "60", reloadable, supported, "Seconds a client has to finish login; 0 = no limit.";

@@ -136,6 +136,7 @@ const SUPPORTED: &[&str] = &[
     "logfile",
     "peer_id",
     "query_wait_notify",
+    "autodb_idle_timeout",
     "syslog",
     "syslog_facility",
     "syslog_ident",

@@ -139,7 +139,13 @@ async fn janitor_loop(app: Arc<App>) {
         }
         // As PgBouncer: no maintenance while suspended, so nothing closes or opens under SUSPEND.
         if !app.control.gate().is_suspended() {
-            pool::janitor::tick(&app.pools);
+            let cfg = app.config();
+            let auto = pool::registry::AutoDatabases {
+                is_auto: &|db| targets::is_auto_database(&cfg, db),
+                idle_timeout: cfg.settings.autodb_idle_timeout.as_duration(),
+                paused: &|db| app.control.db_paused(db),
+            };
+            pool::janitor::tick(&app.pools, &auto);
         }
         // query_wait_notify, about once a second: a client queued that long is told so.
         ticks = ticks.wrapping_add(1);

@@ -17,6 +17,12 @@ use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::tls::ServerTls;
 
+/// `name` is not in [databases] but the `*` entry makes it (an auto-database, freed after
+/// autodb_idle_timeout unused).
+pub fn is_auto_database(cfg: &Config, name: &str) -> bool {
+    cfg.fallback.is_some() && cfg.database(name).is_none()
+}
+
 /// The db entry for `name`: an explicit one (borrowed: every login looks one up), or one made from
 /// the `*` fallback (auto-database).
 pub fn find_database<'c>(cfg: &'c Config, name: &str) -> Option<Cow<'c, DatabaseEntry>> {

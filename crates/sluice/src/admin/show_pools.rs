@@ -158,6 +158,9 @@ fn database_entries(app: &App, cfg: &Config) -> Vec<DatabaseEntry> {
     names.extend(app.pools.all().iter().map(|p| p.key.database.clone()));
     names
         .iter()
+        // An auto-database without clients and servers is left out until used again (PgBouncer
+        // moves it to its idle list); its pools stay in SHOW POOLS until autodb_idle_timeout.
+        .filter(|n| !app.pools.is_idle_auto(n))
         .filter_map(|n| targets::find_database(cfg, n).map(std::borrow::Cow::into_owned))
         .collect()
 }

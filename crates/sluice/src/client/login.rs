@@ -66,16 +66,30 @@ pub async fn login(
         }
         None => auth.secret.as_ref(),
     };
-    let pool = app.pools.get_or_create(&info.database, login_user, || {
-        targets::pool_settings(
-            &cfg,
-            &db,
-            login_user,
-            server_secret.cloned(),
-            app.tls.load().server.clone(),
-            |_| app.pools.current_generation(),
-        )
-    });
+    let admitted = admit(app, &db, &info.user)?;
+    let pool = loop {
+        let pool = app.pools.get_or_create(&info.database, login_user, || {
+            targets::pool_settings(
+                &cfg,
+                &db,
+                login_user,
+                server_secret.cloned(),
+                app.tls.load().server.clone(),
+                |_| app.pools.current_generation(),
+            )
+        });
+        pool.client_joined();
+        // Freed by autodb_idle_timeout between the two (`Pool::retire_if_unused`): the next
+        // round makes the pool again.
+        if !pool.is_removed() {
+            break pool;
+        }
+        pool.client_left();
+    };
+    let member = PoolMember {
+        pool: pool.clone(),
+        _admitted: admitted,
+    };
     if auth.from_auth_query && db.user.is_none() {
         follow_auth_query_secret(app, &pool, &db, server_secret);
     }
@@ -85,12 +99,6 @@ pub async fn login(
     if let Some(keys) = auth.scram_keys.clone().filter(|_| db.user.is_none()) {
         pool.set_scram_keys(keys);
     }
-    let admitted = admit(app, &db, &info.user)?;
-    pool.client_joined();
-    let member = PoolMember {
-        pool: pool.clone(),
-        _admitted: admitted,
-    };
     PoolStats::add(&pool.stats.client_logins, 1);
 
     let welcome = match pool.welcome() {
@@ -198,7 +206,5 @@ fn admit(
         .unwrap_or(cfg.settings.max_user_client_connections) as usize;
     app.client_counts
         .admit(&db.name, user, db_limit, user_limit)
-        .map_err(|r| {
-            EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, r.message()))
-        })
+        .map_err(|r| EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, r.message())))
 }

@@ -328,7 +328,11 @@ mod tests {
     }
 
     fn pairs(p: &[(&str, &str)]) -> Option<Vec<(String, String)>> {
-        Some(p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        Some(
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
     }
 
     #[test]
@@ -346,9 +350,19 @@ mod tests {
             settings(r"-c application_name=my\ app\\x"),
             pairs(&[("application_name", r"my app\x")])
         );
-        assert_eq!(settings("  -c DateStyle=YMD"), pairs(&[("DateStyle", "YMD")]));
+        assert_eq!(
+            settings("  -c DateStyle=YMD"),
+            pairs(&[("DateStyle", "YMD")])
+        );
         // PgBouncer refuses these forms.
-        for bad in ["   ", "-c DateStyle=YMD ", "-x", "-c DateStyle", "-c", "DateStyle=YMD"] {
+        for bad in [
+            "   ",
+            "-c DateStyle=YMD ",
+            "-x",
+            "-c DateStyle",
+            "-c",
+            "DateStyle=YMD",
+        ] {
             assert_eq!(settings(bad), None, "{bad:?}");
         }
     }

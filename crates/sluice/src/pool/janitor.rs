@@ -1,16 +1,17 @@
 //! The one periodic task: idle and lifetime closing, min_pool_size, login retries, reserve pool
-//! activation, and evicting idle servers of other pools when a shared limit blocks a waiting pool.
+//! activation, evicting idle servers of other pools when a shared limit blocks a waiting pool, and
+//! freeing auto-databases unused for autodb_idle_timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::registry::PoolRegistry;
+use super::registry::{AutoDatabases, PoolRegistry};
 
 /// How often the janitor runs (PgBouncer runs its janitor three times a second).
 pub const JANITOR_PERIOD: Duration = Duration::from_millis(200);
 
 /// One janitor pass over every pool.
-pub fn tick(registry: &PoolRegistry) {
+pub fn tick(registry: &PoolRegistry, auto: &AutoDatabases<'_>) {
     let pools = registry.all();
     for p in &pools {
         p.maintain();
@@ -27,5 +28,7 @@ pub fn tick(registry: &PoolRegistry) {
             p.kick();
         }
     }
+    drop(pools);
+    registry.free_idle_auto_databases(auto);
     registry.sweep_removed();
 }

@@ -407,6 +407,25 @@ impl Pool {
         }
     }
 
+    /// autodb_idle_timeout: retire the pool when it has no clients and no servers. Checked and
+    /// marked under the lock a joining client takes (`client_joined`), so that a login that got
+    /// this pool either is counted first and keeps it, or sees it removed and takes a new one.
+    pub fn retire_if_unused(&self) -> bool {
+        {
+            let st = self.state.lock();
+            if st.clients > 0 || st.connecting > 0 || self.servers.current() > 0 {
+                return false;
+            }
+            self.removed.store(true, Ordering::Relaxed);
+        }
+        self.barrier();
+        drop(self.drain_idle());
+        for w in self.drain_waiters() {
+            let _ = w.tx.send(Err(PoolError::DatabaseRemoved));
+        }
+        true
+    }
+
     /// Stop (or allow) opening servers and handing them out (PAUSE / shutdown).
     pub fn set_paused(self: &Arc<Self>, paused: bool) {
         self.paused.store(paused, Ordering::Relaxed);

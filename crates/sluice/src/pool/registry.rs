@@ -1,11 +1,14 @@
 //! All pools of the process, plus the per-database and per-user server counters that enforce
-//! max_db_connections / max_user_connections across pools.
+//! max_db_connections / max_user_connections across pools, and the auto-databases unused since
+//! when (autodb_idle_timeout).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
+use tokio::time::Instant;
 
 use super::connector::Connector;
 use super::counter::ConnCounter;
@@ -19,6 +22,18 @@ pub struct PoolRegistry {
     generation: AtomicU64,
     /// Copies of each pool's counters: one per worker (`StatsShards`).
     stat_shards: usize,
+    /// Auto-databases without clients and servers, since when (PgBouncer's idle autodb list:
+    /// gone from SHOW DATABASES, freed after autodb_idle_timeout).
+    idle_auto: Mutex<HashMap<String, Instant>>,
+}
+
+/// What the janitor needs to know of auto-databases, from the config of the moment.
+pub struct AutoDatabases<'a> {
+    pub is_auto: &'a dyn Fn(&str) -> bool,
+    /// autodb_idle_timeout (None: never freed).
+    pub idle_timeout: Option<Duration>,
+    /// Paused databases are kept (as PgBouncer keeps them).
+    pub paused: &'a dyn Fn(&str) -> bool,
 }
 
 impl PoolRegistry {
@@ -30,6 +45,7 @@ impl PoolRegistry {
             connector,
             generation: AtomicU64::new(1),
             stat_shards,
+            idle_auto: Mutex::new(HashMap::new()),
         }
     }
 
@@ -59,6 +75,8 @@ impl PoolRegistry {
         user: &str,
         make: impl FnOnce() -> PoolSettings,
     ) -> Arc<Pool> {
+        // A client for an idle auto-database makes it active again at once (SHOW DATABASES).
+        self.idle_auto.lock().remove(database);
         let names: &dyn KeyParts = &(database, user);
         if let Some(p) = self.pools.read().get(names) {
             if !p.is_removed() {
@@ -110,6 +128,73 @@ impl PoolRegistry {
             .get(database)
             .map(|c| c.current())
             .unwrap_or(0)
+    }
+
+    /// An auto-database with no clients and no servers (SHOW DATABASES leaves it out).
+    pub fn is_idle_auto(&self, database: &str) -> bool {
+        self.idle_auto.lock().contains_key(database)
+    }
+
+    /// autodb_idle_timeout: note the auto-databases whose pools have no clients and no servers
+    /// (since when), and free those unused for the timeout: their pools leave the registry (and
+    /// with them their SHOW and metric rows), their server counters too. The next client makes
+    /// the database again from the `*` entry.
+    pub fn free_idle_auto_databases(&self, auto: &AutoDatabases<'_>) {
+        let now = Instant::now();
+        let mut used: HashMap<String, bool> = HashMap::new();
+        for p in self.all() {
+            if (auto.is_auto)(&p.key.database) {
+                let c = p.counts();
+                *used.entry(p.key.database.clone()).or_default() |=
+                    c.clients > 0 || c.total > 0 || c.connecting > 0;
+            }
+        }
+        let expired: Vec<String> = {
+            let mut idle = self.idle_auto.lock();
+            idle.retain(|db, _| used.get(db) == Some(&false));
+            for (db, _) in used.iter().filter(|(_, u)| !**u) {
+                idle.entry(db.clone()).or_insert(now);
+            }
+            let Some(timeout) = auto.idle_timeout else {
+                return;
+            };
+            idle.iter()
+                .filter(|(db, since)| now.duration_since(**since) >= timeout && !(auto.paused)(db))
+                .map(|(db, _)| db.clone())
+                .collect()
+        };
+        for db in expired {
+            self.free_database(&db);
+        }
+    }
+
+    /// Remove the pools of an unused auto-database; a pool that found a client meanwhile stays
+    /// (and so does the database).
+    fn free_database(&self, db: &str) {
+        let mut kept = false;
+        {
+            let mut pools = self.pools.write();
+            pools.retain(|k, p| {
+                if k.database != db {
+                    return true;
+                }
+                let keep = !p.retire_if_unused();
+                kept |= keep;
+                keep
+            });
+        }
+        if kept {
+            return;
+        }
+        self.idle_auto.lock().remove(db);
+        // Counters no pool holds any more (a pool still referenced elsewhere keeps its own).
+        self.db_servers
+            .lock()
+            .retain(|name, c| name != db || Arc::strong_count(c) > 1);
+        self.user_servers
+            .lock()
+            .retain(|_, c| Arc::strong_count(c) > 1);
+        tracing::info!("auto-database {db} freed: unused for autodb_idle_timeout");
     }
 
     /// Drop pools that were removed and hold nothing any more.

@@ -1,7 +1,7 @@
 //! Pool behaviour on tokio's paused clock with a fake connector: hand-off, limits, waits, reserve,
 //! login failures, idle closing. No sockets to PostgreSQL; servers are Unix socket pairs.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -711,6 +711,41 @@ fn registry_finds_pools_by_borrowed_names() {
     assert!(!Arc::ptr_eq(&other, &a));
     assert_eq!(made.load(Ordering::SeqCst), 2);
     assert_eq!(pools.all().len(), 2);
+}
+
+/// autodb_idle_timeout: an auto-database without clients and servers is noted idle at once (SHOW
+/// DATABASES leaves it out) and freed after the timeout, unless paused; a client keeps it; the next
+/// login makes a new pool.
+#[tokio::test(start_paused = true)]
+async fn idle_auto_databases_are_freed_after_the_timeout() {
+    let fake = Arc::new(FakeConnector::default());
+    let pools = super::registry::PoolRegistry::new(Arc::new(fake), 1);
+    let paused = AtomicBool::new(false);
+    let is_paused = |_: &str| paused.load(Ordering::SeqCst);
+    let auto = super::registry::AutoDatabases {
+        is_auto: &|db| db != "app",
+        idle_timeout: Some(Duration::from_secs(10)),
+        paused: &is_paused,
+    };
+    let _app = pools.get_or_create("app", "u", || settings(2, 0));
+    let a = pools.get_or_create("auto", "u", || settings(2, 0));
+    a.client_joined();
+    super::janitor::tick(&pools, &auto);
+    assert!(!pools.is_idle_auto("auto"));
+    a.client_left();
+    super::janitor::tick(&pools, &auto);
+    assert!(pools.is_idle_auto("auto") && !pools.is_idle_auto("app"));
+    paused.store(true, Ordering::SeqCst);
+    tokio::time::advance(Duration::from_secs(11)).await;
+    super::janitor::tick(&pools, &auto);
+    assert!(!a.is_removed(), "a paused database is kept");
+    paused.store(false, Ordering::SeqCst);
+    super::janitor::tick(&pools, &auto);
+    assert!(a.is_removed());
+    assert_eq!(pools.all().len(), 1, "only app's pool is left");
+    assert!(!pools.is_idle_auto("auto"));
+    let again = pools.get_or_create("auto", "u", || settings(2, 0));
+    assert!(!Arc::ptr_eq(&a, &again));
 }
 
 /// Every way a server can come back dirty ends with it closed, never handed to the next client:
