@@ -34,6 +34,17 @@ impl Anchor {
     /// file and logfile are set here) and `databases` (`{pg_port}` / `{pg_host}` replaced);
     /// `userlist` is the auth file. None when the binary is absent or cannot start (printed).
     pub fn start(extra: &str, databases: &str, userlist: &str) -> Option<Anchor> {
+        Self::start_with(extra, databases, userlist, &[])
+    }
+
+    /// `start`, with more files in its directory (an HBA file...); `{dir}` and `{hba}`
+    /// (`{dir}/hba.conf`) in `extra` and `databases` name them, as in `Sluice::builder`.
+    pub fn start_with(
+        extra: &str,
+        databases: &str,
+        userlist: &str,
+        files: &[(&str, &str)],
+    ) -> Option<Anchor> {
         let bin = Self::binary()?;
         let pg = PgCluster::get();
         let dir = tempfile::Builder::new()
@@ -46,15 +57,20 @@ impl Anchor {
         let d = dir.path().display().to_string();
         let copy = dir.path().join("pgbouncer");
         fs::copy(&bin, &copy).ok()?;
-        let dbs = databases
-            .replace("{pg_port}", &pg.port.to_string())
-            .replace("{pg_host}", "127.0.0.1");
+        let places = |t: &str| {
+            t.replace("{pg_port}", &pg.port.to_string())
+                .replace("{pg_host}", "127.0.0.1")
+                .replace("{hba}", &format!("{d}/hba.conf"))
+                .replace("{dir}", &d)
+        };
+        let (dbs, extra) = (places(databases), places(extra));
         let ini = format!(
             "[databases]\n{dbs}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
              unix_socket_dir = {d}\nauth_file = {d}/userlist.txt\nlogfile = {d}/pgbouncer.log\n\
              pidfile = {d}/pgbouncer.pid\n{extra}\n"
         );
-        for (name, text) in [("pgbouncer.ini", ini.as_str()), ("userlist.txt", userlist)] {
+        let own = [("pgbouncer.ini", ini.as_str()), ("userlist.txt", userlist)];
+        for &(name, text) in own.iter().chain(files) {
             let p = dir.path().join(name);
             fs::write(&p, text).ok()?;
             chown_postgres(&p);

@@ -5,6 +5,13 @@
 //! difference fails. Skips with a message where the reference binary is absent.
 
 mod bad_input_common;
+// More cases, one file per group: tests/tests/parity/*.rs.
+#[path = "parity/autodb.rs"]
+mod autodb;
+#[path = "parity/client_limits.rs"]
+mod client_limits;
+#[path = "parity/startup_options.rs"]
+mod startup_options;
 
 use std::time::Duration;
 
@@ -15,6 +22,14 @@ const USERS: &str = "\"trust_user\" \"\"\n\"md5_user\" \"md5_pass\"\n\"admin\" \
 
 /// Cases where Sluice answers differently on purpose: (case, why).
 const DELIBERATE: &[(&str, &str)] = &[
+    (
+        "application_name of 200 bytes in options",
+        "PostgreSQL truncates it to 63 bytes, as on a direct connection (PgBouncer drops a tracked value longer than its cache keeps and the server shows it empty)",
+    ),
+    (
+        "application_name of 200 bytes",
+        "the same, as a startup parameter",
+    ),
     (
         "duplicate prepared statement",
         "PostgreSQL's SQLSTATE 42P05 and text (PgBouncer: 08P01 'prepared statement name is already in use')",
@@ -28,9 +43,19 @@ struct Pair {
 }
 
 fn pair(extra: &str) -> Option<Pair> {
-    let pgb = Anchor::start(extra, DB, USERS)?;
-    let ini = Sluice::basic_ini(extra, &DB.replace("{pg_host}", "127.0.0.1"));
-    let sl = Sluice::builder(&ini).userlist(USERS).start();
+    pair_with(extra, DB, USERS, &[])
+}
+
+/// Both processes on `extra` [pgbouncer] lines (a `[users]` section may follow them), `databases`
+/// lines, the `users` auth file and more files of their directories (`{dir}`, `{hba}` name them).
+fn pair_with(extra: &str, databases: &str, users: &str, files: &[(&str, &str)]) -> Option<Pair> {
+    let pgb = Anchor::start_with(extra, databases, users, files)?;
+    let ini = Sluice::basic_ini(extra, &databases.replace("{pg_host}", "127.0.0.1"));
+    let mut b = Sluice::builder(&ini).userlist(users);
+    for (name, text) in files {
+        b = b.file(name, text);
+    }
+    let sl = b.start();
     Some(Pair { pgb, sl })
 }
 
