@@ -181,7 +181,7 @@ async fn the_options_startup_parameter_matches_pgbouncer() {
             ),
             (
                 "25 settings",
-                Some(&"-c DateStyle=YMD ".repeat(25).trim_end().to_string()),
+                Some("-c DateStyle=YMD ".repeat(25).trim_end()),
                 NONE,
                 DS,
             ),

@@ -120,7 +120,7 @@ mod tests {
         let _o = c.admit("other", "alice", 2, 1).unwrap();
         drop(b);
         assert_eq!(c.database("app"), 0);
-        assert!(c.inner.lock().databases.get("app").is_none());
+        assert!(!c.inner.lock().databases.contains_key("app"));
         // The database's limit is checked first.
         let _x = c.admit("db", "u", 1, 1).unwrap();
         assert_eq!(c.admit("db", "u", 1, 1).err(), Some(Refused::Database));
