@@ -266,3 +266,42 @@ async fn prepared_statement_cache_churn_is_found() {
     );
     assert!(evicted >= 10.0, "{evicted}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_pool_size_above_what_is_busy_is_found() {
+    let (s, _) = start("default_pool_size = 10\nmin_pool_size = 6");
+    // One client, mostly idle: well under half of the 6 servers kept open is ever busy.
+    load(&s, "SELECT 1;", 1, 4).await;
+    let r = advice(&s).await;
+    let rule = r.col("rule");
+    let change = r
+        .find("change", |row| {
+            row[rule].as_deref() == Some("min_pool_size_above_load")
+        })
+        .unwrap_or_else(|| panic!("no min_pool_size_above_load: {:?}", r.rows));
+    assert!(
+        change.starts_with("[pgbouncer] min_pool_size = "),
+        "{change}"
+    );
+    assert!(
+        evidence(&r, "min_pool_size_above_load").contains("min_pool_size 6"),
+        "{:?}",
+        r.rows
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_near_max_client_conn_are_found() {
+    let (s, _) = start("max_client_conn = 10");
+    let mut held = Vec::new();
+    for _ in 0..9 {
+        held.push(s.connect("trust_user", "", "app").await.unwrap());
+    }
+    let r = advice(&s).await;
+    assert!(
+        evidence(&r, "max_client_conn_near_limit").contains("of max_client_conn 10"),
+        "{:?}",
+        r.rows
+    );
+    drop(held);
+}
