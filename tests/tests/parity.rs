@@ -31,6 +31,14 @@ const DELIBERATE: &[(&str, &str)] = &[
         "the same, as a startup parameter",
     ),
     (
+        "global max_db_client_connections=2: step 4 md5_user!@app",
+        "a wrong password over a client limit: Sluice authenticates before telling a client anything of the database or user (PgBouncer answers 'client connections exceeded' first)",
+    ),
+    (
+        "global max_user_client_connections=1: step 1 md5_user!@other",
+        "the same for max_user_client_connections (PgBouncer's answer would tell an unauthenticated client that the user exists and is connected)",
+    ),
+    (
         "duplicate prepared statement",
         "PostgreSQL's SQLSTATE 42P05 and text (PgBouncer: 08P01 'prepared statement name is already in use')",
     ),

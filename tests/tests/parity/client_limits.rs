@@ -1,8 +1,9 @@
 //! Client-connection limits side by side: max_db_client_connections (global and per database),
 //! max_user_client_connections (global and per user in [users], the user's value overriding the
 //! global one), counted across users, databases and auth methods, and given back when a client
-//! leaves. PgBouncer 1.25.2 refuses the client over a limit after its authentication with
-//! `08P01 client connections exceeded (max_db_client_connections)` (or `..._user_...`).
+//! leaves. PgBouncer 1.25.2 refuses the client over a limit with `08P01 client connections
+//! exceeded (max_db_client_connections)` (or `..._user_...`), before authenticating it; Sluice
+//! authenticates first (`user!` steps: a wrong password; deliberate, see `DELIBERATE`).
 
 use std::time::Duration;
 
@@ -27,10 +28,14 @@ struct Clients {
 impl Clients {
     /// Log in as `user` to `db` and keep the connection; "ok" or the error's SQLSTATE and text.
     async fn open(&mut self, user: &str, db: &str) -> String {
-        let pw = match user {
-            "md5_user" => "md5_pass",
-            "plain_user" => "plain_pass",
-            _ => "",
+        // `user!`: the user with a wrong password.
+        let (user, pw) = match user {
+            "md5_user" => (user, "md5_pass"),
+            "plain_user" => (user, "plain_pass"),
+            u => (
+                u.trim_end_matches('!'),
+                if u.ends_with('!') { "wrong" } else { "" },
+            ),
         };
         let cs = format!(
             "host=127.0.0.1 port={} user={user} password='{pw}' dbname={db} connect_timeout=5",
@@ -149,6 +154,7 @@ async fn client_connection_limits_match_pgbouncer() {
             "+md5_user@app",
             "+md5_user@app",
             "+trust_user@app",
+            "+md5_user!@app",
             "+trust_user@other",
             "+md5_user@other",
             "+plain_user@other",
@@ -200,6 +206,7 @@ async fn client_connection_limits_match_pgbouncer() {
         DBS,
         &[
             "+md5_user@app",
+            "+md5_user!@other",
             "+md5_user@other",
             "+trust_user@other",
             "+trust_user@app",

@@ -190,7 +190,9 @@ fn follow_auth_query_secret(
 
 /// Count the client in its database's and login user's client counts, or refuse it over
 /// max_db_client_connections / max_user_client_connections (a [databases] or [users] value over
-/// the global one) with PgBouncer's 08P01 answer.
+/// the global one) with PgBouncer's 08P01 answer. After authentication, where PgBouncer checks
+/// before: an unauthenticated client learns nothing of the database's or user's clients (a
+/// deliberate difference, docs/compat.md), and one that never finishes its login holds no place.
 fn admit(
     app: &Arc<App>,
     db: &sluice_config::DatabaseEntry,
