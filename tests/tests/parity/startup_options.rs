@@ -237,3 +237,48 @@ async fn the_options_startup_parameter_matches_pgbouncer() {
     .await;
     report(&results);
 }
+
+/// Two clients with different `options` take turns on the one server of a transaction-mode pool:
+/// each sees its own DateStyle (set on the server when it changes hands).
+async fn take_turns(port: u16) -> String {
+    async fn login(port: u16, options: &str) -> RawConn {
+        let mut c = RawConn::connect(port).await;
+        c.send(&RawConn::startup_packet(&[
+            ("user", "trust_user"),
+            ("database", "app"),
+            ("options", options),
+        ]))
+        .await;
+        read_until_ready(&mut c).await;
+        c
+    }
+    async fn show(c: &mut RawConn) -> String {
+        c.send(&RawConn::message(b'Q', b"SHOW DateStyle\0")).await;
+        let msgs = read_until_ready(c).await;
+        msgs.iter()
+            .find(|(t, _)| *t == b'D')
+            .map(|(_, body)| String::from_utf8_lossy(&body[6..]).into_owned())
+            .unwrap_or_default()
+    }
+    let mut a = login(port, "-c DateStyle=YMD").await;
+    let mut b = login(port, "--DateStyle=DMY").await;
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        seen.push(show(&mut a).await);
+        seen.push(show(&mut b).await);
+    }
+    seen.join(" / ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_follow_the_client_from_server_to_server() {
+    let Some(p) = pair("auth_type = trust\npool_mode = transaction\ndefault_pool_size = 1") else {
+        eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
+        return;
+    };
+    report(&[(
+        "options in transaction mode, two clients on one server".to_string(),
+        take_turns(p.pgb.port).await,
+        take_turns(p.sl.port).await,
+    )]);
+}
