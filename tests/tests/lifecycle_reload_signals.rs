@@ -470,3 +470,37 @@ async fn second_sigterm_exits_immediately() {
     );
     drop(c);
 }
+
+/// A RELOAD that changes a setting only a restart can apply keeps its running value, in [sluice]
+/// as in [pgbouncer]: SHOW CONFIG shows what runs, and the log says why.
+#[tokio::test]
+async fn reload_keeps_running_values_of_keys_that_need_a_restart() {
+    let ini = |workers: u32| {
+        Sluice::basic_ini("admin_users = md5_user", &db_line("app", "app"))
+            + &format!("\n[sluice]\nworkers = {workers}\n")
+    };
+    let s = Sluice::builder(&ini(2)).userlist(MD5_USERLIST).start();
+    assert!(reload(&s, &ini(3)).await, "reload failed:\n{}", s.log());
+    assert!(
+        s.log()
+            .contains("reload: workers cannot be changed without a restart"),
+        "{}",
+        s.log()
+    );
+    let con = s
+        .connect("md5_user", "md5_pass", "pgbouncer")
+        .await
+        .unwrap();
+    let workers = con
+        .simple_query("SHOW CONFIG")
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("workers") => {
+                r.get(1).map(str::to_string)
+            }
+            _ => None,
+        });
+    assert_eq!(workers.as_deref(), Some("2"));
+}

@@ -222,10 +222,15 @@ impl App {
             );
         }
         let mut new = new;
-        // Non-reloadable settings keep their running values.
+        // Non-reloadable settings keep their running values, in [pgbouncer] and [sluice] alike
+        // (SHOW CONFIG must show what runs, not what the file asks for after a restart).
         for key in &diff.ignored_nonreloadable {
-            if let Some(v) = old.settings.get(key) {
-                let _ = new.settings.set(key, &v);
+            if sluice_config::find_def(sluice_config::PGBOUNCER_SETTINGS, key).is_some() {
+                if let Some(v) = old.settings.get(key) {
+                    let _ = new.settings.set(key, &v);
+                }
+            } else if let Some(v) = old.sluice.get(key) {
+                let _ = new.sluice.set(key, &v);
             }
         }
         self.hba.reload(&new.settings);
