@@ -47,6 +47,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IS_ROOT = os.geteuid() == 0
+# Sluice refuses root (as PgBouncer does) unless it switches user; the bench starts it directly,
+# as root, so that it shares the bench's scheduling group (see bench/README.md).
+os.environ.setdefault("SLUICE_ALLOW_ROOT", "1")
 AS_PG = ["runuser", "-u", "postgres", "--"] if IS_ROOT else []
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 USER, PASSWORD, DB = "bench_user", "bench_pass", "bench"  # SCRAM secret

@@ -129,7 +129,9 @@ echo "Connect with:"
 echo "  psql \"host=127.0.0.1 port=6432 dbname=demo user=demo password=demo\""
 echo "Ctrl-C stops sluice and the cluster."
 echo
-"$BIN" "$tmp/pgbouncer.ini" &
+# Sluice refuses to run as root as PgBouncer does; this throwaway demo (its files in a root-owned
+# temp dir) is the confined case SLUICE_ALLOW_ROOT is for.
+SLUICE_ALLOW_ROOT=1 "$BIN" "$tmp/pgbouncer.ini" &
 SLUICE_PID=$!
 wait "$SLUICE_PID" || true
 SLUICE_PID=""

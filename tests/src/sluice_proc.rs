@@ -260,6 +260,8 @@ impl SluiceBuilder {
         let bin = sluice_bin();
         let config = dir.path().join(CONFIG_NAME);
         let mut cmd = Command::new(&bin);
+        // The tests run as root, which Sluice refuses without a user to switch to.
+        cmd.env("SLUICE_ALLOW_ROOT", "1");
         if let Some(soft) = self.nofile_soft {
             use std::os::unix::process::CommandExt;
             // SAFETY: only async-signal-safe calls (getrlimit/setrlimit) between fork and exec.

@@ -4,7 +4,7 @@
 
 mod lifecycle_common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_e2e::Sluice;
 
@@ -236,4 +236,67 @@ async fn real_world_pgbouncer_ini_starts_and_serves() {
             .is_err(),
         "md5 auth accepted a wrong password"
     );
+}
+
+/// As PgBouncer: Sluice refuses to run as root unless it switches to another user (-u or `user`,
+/// once its listeners are bound) or SLUICE_ALLOW_ROOT=1 says root is confined.
+#[test]
+fn root_is_refused_unless_it_switches_user() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: the test runs as root only");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = sluice_e2e::free_port();
+    let userlist = dir.path().join("userlist.txt");
+    std::fs::write(&userlist, "\"u\" \"p\"\n").unwrap();
+    let ini = dir.path().join("pgbouncer.ini");
+    std::fs::write(
+        &ini,
+        format!(
+            "[databases]\napp = host=127.0.0.1 port=1\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
+             listen_port = {port}\nunix_socket_dir =\nauth_type = trust\nauth_file = {}\n",
+            userlist.display()
+        ),
+    )
+    .unwrap();
+    let ini = ini.to_str().unwrap();
+    let (st, _, err) = lifecycle_common::run_cli_env(&[ini], &[]);
+    assert_eq!(st.code(), Some(1), "{err}");
+    assert!(err.contains("Sluice should not run as root"), "{err}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "nothing listens"
+    );
+
+    // -u nobody: it binds as root, then serves as nobody.
+    let mut child = std::process::Command::new(lifecycle_common::sluice_bin())
+        .args(["-u", "nobody", ini])
+        .env_remove("SLUICE_ALLOW_ROOT")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "sluice -u nobody did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let uid = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .unwrap()
+        .to_string();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid;
+    assert_eq!(uid, nobody.to_string(), "effective uid after -u nobody");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let _ = child.wait();
 }

@@ -48,6 +48,9 @@ struct Cli {
     config: Option<PathBuf>,
 }
 
+/// The environment variable that lets Sluice run as root without switching user.
+const ROOT_ALLOWED: &str = "SLUICE_ALLOW_ROOT";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.version {
@@ -71,6 +74,24 @@ fn main() -> ExitCode {
         }
     };
     let s = &config.settings;
+    // As PgBouncer: root only to switch to another user (-u or `user`, after the listeners are
+    // bound). SLUICE_ALLOW_ROOT=1 lets a confined root run it (the test harness, a container
+    // whose only user is root).
+    let switches_user = cli
+        .user
+        .as_deref()
+        .or(s.user.as_deref())
+        .is_some_and(|u| !u.is_empty());
+    if nix::unistd::geteuid().is_root()
+        && !switches_user
+        && std::env::var_os(ROOT_ALLOWED).is_none_or(|v| v != "1")
+    {
+        eprintln!(
+            "sluice: Sluice should not run as root (set -u or `user` to switch to another user, \
+             or {ROOT_ALLOWED}=1 where root is confined)"
+        );
+        return ExitCode::from(1);
+    }
     if cli.daemon {
         if s.pidfile.as_deref().unwrap_or("").is_empty() {
             eprintln!("sluice: daemon mode (-d) needs pidfile in the config");

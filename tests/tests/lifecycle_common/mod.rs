@@ -34,8 +34,16 @@ pub fn sluice_bin() -> PathBuf {
 
 /// Run the binary with `args`, wait (bounded) and return (status, stdout, stderr).
 pub fn run_cli(args: &[&str]) -> (ExitStatus, String, String) {
+    run_cli_env(args, &[("SLUICE_ALLOW_ROOT", "1")])
+}
+
+/// `run_cli` with exactly these variables added to the environment (the tests run as root, which
+/// Sluice refuses unless SLUICE_ALLOW_ROOT=1 or it switches user).
+pub fn run_cli_env(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let mut child = Command::new(sluice_bin())
         .args(args)
+        .env_remove("SLUICE_ALLOW_ROOT")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
