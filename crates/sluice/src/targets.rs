@@ -35,6 +35,22 @@ pub fn find_database<'c>(cfg: &'c Config, name: &str) -> Option<Cow<'c, Database
     }
 }
 
+/// max_db_client_connections of a database: its [databases] value, or the global one where that
+/// is unset or 0 (PgBouncer reads 0 there as "not set", not as "no limit"; SHOW DATABASES too).
+pub fn db_client_limit(cfg: &Config, db: &DatabaseEntry) -> u32 {
+    db.max_db_client_connections
+        .filter(|&n| n > 0)
+        .unwrap_or(cfg.settings.max_db_client_connections)
+}
+
+/// max_user_client_connections of a login user, as `db_client_limit` (SHOW USERS too).
+pub fn user_client_limit(cfg: &Config, user: &str) -> u32 {
+    cfg.user(user)
+        .and_then(|u| u.max_user_client_connections)
+        .filter(|&n| n > 0)
+        .unwrap_or(cfg.settings.max_user_client_connections)
+}
+
 /// Whole seconds from [users]/[databases] overrides; 0 means "no limit" like the global keys.
 fn secs(v: u32) -> Option<Duration> {
     (v > 0).then(|| Duration::from_secs(v.into()))

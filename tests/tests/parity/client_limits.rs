@@ -67,7 +67,7 @@ impl Clients {
         if let Some(i) = self.held.iter().position(|(w, _)| w == who) {
             drop(self.held.remove(i));
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
     }
 }
 
@@ -111,14 +111,20 @@ async fn run(
             b.open(user, db).await,
         ));
     }
-    // What the console reports afterwards (current_client_connections of databases and users).
+    // What the console reports afterwards (the counts and limits of databases and users).
     let mut ca = super::console(p.pgb.port).await;
     let mut cb = super::console(p.sl.port).await;
     for (what, key_col, names) in [
         ("DATABASES", "current_client_connections", ["app", "other"]),
+        ("DATABASES", "max_client_connections", ["app", "other"]),
         (
             "USERS",
             "current_client_connections",
+            ["md5_user", "trust_user"],
+        ),
+        (
+            "USERS",
+            "max_user_client_connections",
             ["md5_user", "trust_user"],
         ),
     ] {
@@ -227,6 +233,22 @@ async fn client_connection_limits_match_pgbouncer() {
             "+md5_user@app",
             "+trust_user@app",
             "+trust_user@app",
+        ],
+    )
+    .await;
+    // An explicit 0 in [users] and [databases] (PgBouncer: "not set", the global value applies).
+    run(
+        &mut results,
+        "0 in [users] and [databases]",
+        "max_user_client_connections = 1\nmax_db_client_connections = 2\n\n[users]\n\
+         md5_user = max_user_client_connections=0",
+        "app = host={pg_host} port={pg_port} dbname=app max_db_client_connections=0\n\
+         other = host={pg_host} port={pg_port} dbname=other",
+        &[
+            "+md5_user@app",
+            "+md5_user@app",
+            "+trust_user@app",
+            "+plain_user@app",
         ],
     )
     .await;

@@ -204,9 +204,7 @@ pub fn database_rows(app: &App) -> Vec<DatabaseRow> {
             load_balance_hosts: lb_hosts(Some(&db)),
             max_connections: db.max_db_connections.unwrap_or(s.max_db_connections),
             current_connections: app.pools.db_server_count(&db.name),
-            max_client_connections: db
-                .max_db_client_connections
-                .unwrap_or(s.max_db_client_connections),
+            max_client_connections: targets::db_client_limit(&cfg, &db),
             current_client_connections: app.client_counts.database(&db.name),
             paused: app.control.db_paused(&db.name),
             disabled: app.control.db_disabled(&db.name),
@@ -311,9 +309,7 @@ pub fn users(app: &Arc<App>) -> ResultSet {
                 .and_then(|u| u.max_user_connections)
                 .unwrap_or(s.max_user_connections)),
             num(servers),
-            num(u
-                .and_then(|u| u.max_user_client_connections)
-                .unwrap_or(s.max_user_client_connections)),
+            num(targets::user_client_limit(&cfg, &name)),
             num(clients),
         ]);
     }

@@ -199,13 +199,8 @@ fn admit(
     user: &str,
 ) -> Result<Admitted, EndReason> {
     let cfg = app.config();
-    let db_limit = db
-        .max_db_client_connections
-        .unwrap_or(cfg.settings.max_db_client_connections) as usize;
-    let user_limit = cfg
-        .user(user)
-        .and_then(|u| u.max_user_client_connections)
-        .unwrap_or(cfg.settings.max_user_client_connections) as usize;
+    let db_limit = targets::db_client_limit(&cfg, db) as usize;
+    let user_limit = targets::user_client_limit(&cfg, user) as usize;
     app.client_counts
         .admit(&db.name, user, db_limit, user_limit)
         .map_err(|r| EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, r.message())))
