@@ -134,6 +134,7 @@ impl RelayCore<'_> {
                 match self.rewrite(tag, total, avail)? {
                     Step::Wait => return Ok(()),
                     Step::Consumed => {
+                        self.note_sent(tag);
                         self.c.need = 0;
                         self.c_observed = false;
                         continue;
@@ -225,6 +226,7 @@ impl RelayCore<'_> {
 
     /// Account for a request that goes to the server unchanged.
     fn track_request(&mut self, tag: u8) {
+        self.note_sent(tag);
         let expect = match tag {
             frontend_tag::QUERY | frontend_tag::FUNCTION_CALL => {
                 self.pending_rfq += 1;

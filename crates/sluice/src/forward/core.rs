@@ -174,6 +174,15 @@ pub struct RelayCore<'a> {
     pub(super) copy_done_in_window: bool,
     /// The server is in COPY IN and the client has not ended it yet: its Syncs are ignored.
     pub(super) copy_in_open: bool,
+    /// A Query, Execute or FunctionCall went out whose replies are not all in.
+    pub(super) after_command: bool,
+    /// Since then the client sent more than CopyData, Flush, Sync, CopyDone or CopyFail.
+    pub(super) pipelined_after_command: bool,
+    /// A COPY began with such messages already on their way: which of them the server takes
+    /// inside the COPY (ignoring Syncs) and which after it (answering them) cannot be told, so
+    /// the ReadyForQuery count is not trusted and the server is never called clean again (it is
+    /// closed when the client leaves, not reused).
+    pub(super) uncertain: bool,
     pub(super) client_done: bool,
     /// This wake-up's clock reading, taken at its first use and forgotten when the relay waits
     /// again (`forget_clock`): query start, ReadyForQuery statistics, activity and the release
@@ -238,6 +247,9 @@ impl<'a> RelayCore<'a> {
             syncs_in_copy_window: 0,
             copy_done_in_window: false,
             copy_in_open: false,
+            after_command: false,
+            pipelined_after_command: false,
+            uncertain: false,
             client_done: false,
             clock: Some(now),
             query_started: None,
@@ -367,6 +379,7 @@ impl<'a> RelayCore<'a> {
         self.pending_rfq == 0
             && !self.unsynced
             && !self.copy_in_open
+            && !self.uncertain
             && self.scratch.expect.is_empty()
             && self.c.ready == 0
             && self.c.remaining == 0
@@ -417,6 +430,10 @@ impl<'a> RelayCore<'a> {
         *self.server.status = status;
         self.pending_rfq = self.pending_rfq.saturating_sub(1);
         self.last_activity = now;
+        if self.pending_rfq == 0 && !self.unsynced {
+            self.after_command = false;
+            self.pipelined_after_command = false;
+        }
         // A single-query transaction started with its query: one subtraction serves both times.
         let mut query_time = None;
         if self.pending_rfq == 0 {
@@ -446,6 +463,22 @@ impl<'a> RelayCore<'a> {
             });
         }
         Ok(())
+    }
+
+    /// Note a client message going to the server (unchanged or rewritten), for `uncertain`.
+    pub(super) fn note_sent(&mut self, tag: u8) {
+        use sluice_protocol::frontend_tag as t;
+        if self.after_command
+            && !matches!(
+                tag,
+                t::COPY_DATA | t::FLUSH | t::SYNC | t::COPY_DONE | t::COPY_FAIL
+            )
+        {
+            self.pipelined_after_command = true;
+        }
+        if matches!(tag, t::QUERY | t::EXECUTE | t::FUNCTION_CALL) {
+            self.after_command = true;
+        }
     }
 
     /// The earliest timeout that applies in the current state.

@@ -502,3 +502,59 @@ fn parameter_status_updates_both_sides_tracked_values() {
     assert_eq!(w.server_params.get("TimeZone"), Some("UTC"));
     assert_eq!(w.client_params.get("TimeZone"), Some("UTC"));
 }
+
+/// A client that pipelines more than copy messages behind a COPY, before the server's
+/// CopyInResponse: the server ends the COPY at the first such message (an error), and answers
+/// the Syncs after it, which the relay cannot tell from those it ignores inside the COPY. The
+/// count of ReadyForQuery owed is then not trusted: the server is never called clean again (found
+/// by the relay fuzzer: it was released with a ReadyForQuery still to come, for the next client).
+#[test]
+fn messages_pipelined_behind_a_copy_make_the_server_unsure() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut batch = query("copy t from stdin");
+    batch.extend(build(encode_sync));
+    batch.extend(build(|b| encode_bind_text("", "", &[], b)));
+    client_sends(&mut r, &batch).unwrap();
+    assert_eq!(tags(&pump(&mut r).0), "QSB");
+    // The server: CopyInResponse, the Sync ignored in the COPY, the Bind fails it (ErrorResponse
+    // and ReadyForQuery for the Query).
+    let error = message(
+        backend_tag::ERROR_RESPONSE,
+        b"SERROR\0C08P01\0Munexpected message type 0x42 during COPY from stdin\0\0",
+    );
+    server_sends(
+        &mut r,
+        &replies(&[
+            &message(backend_tag::COPY_IN, &[0, 0, 0]),
+            &error,
+            &ready(TransactionStatus::Idle),
+        ]),
+    );
+    pump(&mut r);
+    assert!(r.outcome().is_none());
+    assert!(!r.server_clean());
+    client_sends(&mut r, &build(encode_sync)).unwrap();
+    pump(&mut r);
+    server_sends(&mut r, &ready(TransactionStatus::Idle));
+    pump(&mut r);
+    assert!(r.outcome().is_none(), "never released");
+    assert!(!r.server_clean());
+}
+
+/// The server ends a COPY by itself (an error in the data): its ReadyForQuery ends the relay.
+#[test]
+fn a_copy_the_server_failed_gives_the_server_back() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    client_sends(&mut r, &query("copy t from stdin")).unwrap();
+    pump(&mut r);
+    server_sends(&mut r, &message(backend_tag::COPY_IN, &[0, 0, 0]));
+    pump(&mut r);
+    client_sends(&mut r, &message(b'd', b"not a number\n")).unwrap();
+    pump(&mut r);
+    let error = message(backend_tag::ERROR_RESPONSE, b"SERROR\0C22P02\0Mbad\0\0");
+    server_sends(&mut r, &replies(&[&error, &ready(TransactionStatus::Idle)]));
+    pump(&mut r);
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+}

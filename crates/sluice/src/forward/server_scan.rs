@@ -77,6 +77,17 @@ impl RelayCore<'_> {
                 }
             }
             let start = self.s.ready;
+            if self.copy_in_open
+                && matches!(
+                    tag,
+                    backend_tag::COMMAND_COMPLETE | backend_tag::ERROR_RESPONSE
+                )
+            {
+                // The COPY ended on the server's side: done, or failed (a message other than the
+                // copy's the client had pipelined before the CopyInResponse came). The client's
+                // Syncs from here on are answered again.
+                self.copy_in_open = false;
+            }
             match tag {
                 backend_tag::READY_FOR_QUERY => {
                     let body = &self.server.rbuf[start + 5..start + total];
@@ -301,6 +312,9 @@ impl RelayCore<'_> {
     /// The server entered COPY IN: Syncs the client sent since the COPY command and before ending
     /// the copy are ignored by the server, so they owe no ReadyForQuery.
     fn copy_in_started(&mut self) {
+        if self.pipelined_after_command {
+            self.uncertain = true;
+        }
         let ignored = std::mem::take(&mut self.syncs_in_copy_window);
         self.pending_rfq = self.pending_rfq.saturating_sub(ignored);
         let mut to_remove = ignored;
