@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::app::App;
 use crate::cancel;
-use crate::conn::{ClientConn, EndReason};
+use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
 use crate::error::{sqlstate, ClientNotice};
 use crate::peers;
 use crate::server::params::ParamMap;
@@ -60,8 +60,18 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
             match startup_len(&client.rbuf) {
                 Ok(Some(len)) => break client.rbuf.split_to(len),
                 Ok(None) => {
-                    client.rbuf.reserve(512);
-                    match client.stream.read_buf(&mut client.rbuf).await {
+                    // Nothing of the packet yet: no buffer held while waiting for it
+                    // (`read_when_ready`); a packet begun is read on into the same buffer.
+                    let read = if client.rbuf.is_empty() {
+                        client
+                            .stream
+                            .read_when_ready(&mut client.rbuf, CLIENT_READ_CHUNK)
+                            .await
+                    } else {
+                        client.rbuf.reserve(512);
+                        client.stream.read_buf(&mut client.rbuf).await
+                    };
+                    match read {
                         Ok(0) | Err(_) => {
                             return if client.rbuf.is_empty() {
                                 Ok(Startup::Done)
