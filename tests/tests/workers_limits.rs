@@ -317,3 +317,21 @@ async fn clients_moving_between_workers_keep_their_session() {
         .unwrap();
     assert_eq!(row.get::<_, i32>(0), 7);
 }
+
+/// `max_user_connections=0` in [users] means "not set", as in PgBouncer: the global limit holds
+/// (it was read as "no limit").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_per_user_limit_leaves_the_global_one() {
+    let u = new_role("wl_user_zero").await;
+    let mport = free_port();
+    let s = two_workers(
+        &format!("default_pool_size = 3\nmax_user_connections = 2\n[users]\n{u} = max_user_connections=0"),
+        &[&u],
+        mport,
+    );
+    let (peak, _) = load_and_peak(&s, mport, &[(&u, "app", 8), (&u, "other", 8)], &[&u], 1.5).await;
+    assert_eq!(
+        peak, 2,
+        "max_user_connections=0 in [users] left the global 2"
+    );
+}

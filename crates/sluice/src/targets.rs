@@ -191,9 +191,14 @@ pub fn pool_settings(
         },
         login_retry: g.server_login_retry.as_duration().unwrap_or(Duration::ZERO),
         round_robin: g.server_round_robin,
-        max_db_connections: db.max_db_connections.unwrap_or(g.max_db_connections) as usize,
+        // 0 in [databases] / [users] means "not set" (PgBouncer): the global value applies.
+        max_db_connections: db
+            .max_db_connections
+            .filter(|&n| n != 0)
+            .unwrap_or(g.max_db_connections) as usize,
         max_user_connections: u
             .and_then(|u| u.max_user_connections)
+            .filter(|&n| n != 0)
             .unwrap_or(g.max_user_connections) as usize,
         connect: ConnectOptions {
             connect_timeout: g

@@ -202,7 +202,10 @@ pub fn database_rows(app: &App) -> Vec<DatabaseRow> {
                 .unwrap_or(s.server_lifetime.0.round() as u32),
             pool_mode: db.pool_mode.map(|m| m.render()),
             load_balance_hosts: lb_hosts(Some(&db)),
-            max_connections: db.max_db_connections.unwrap_or(s.max_db_connections),
+            max_connections: db
+                .max_db_connections
+                .filter(|&n| n != 0)
+                .unwrap_or(s.max_db_connections),
             current_connections: app.pools.db_server_count(&db.name),
             max_client_connections: targets::db_client_limit(&cfg, &db),
             current_client_connections: app.client_counts.database(&db.name),
@@ -307,6 +310,7 @@ pub fn users(app: &Arc<App>) -> ResultSet {
             u.and_then(|u| u.pool_mode).map(|m| m.render()),
             num(u
                 .and_then(|u| u.max_user_connections)
+                .filter(|&n| n != 0)
                 .unwrap_or(s.max_user_connections)),
             num(servers),
             num(targets::user_client_limit(&cfg, &name)),
