@@ -230,7 +230,7 @@ impl RelayCore<'_> {
         let expect = match tag {
             frontend_tag::QUERY | frontend_tag::FUNCTION_CALL => {
                 self.pending_rfq += 1;
-                self.open_copy_window();
+                self.open_copy_window(false);
                 Expect::UntilReady
             }
             frontend_tag::SYNC if self.copy_in_open => return, // ignored by the server in COPY IN
@@ -248,7 +248,7 @@ impl RelayCore<'_> {
                 return;
             }
             frontend_tag::EXECUTE => {
-                self.open_copy_window();
+                self.open_copy_window(true);
                 Expect::Execute
             }
             frontend_tag::PARSE => {
@@ -277,9 +277,11 @@ impl RelayCore<'_> {
         self.push(expect);
     }
 
-    fn open_copy_window(&mut self) {
+    /// A command that may turn out to be COPY FROM STDIN went out; `extended`: by Execute.
+    fn open_copy_window(&mut self, extended: bool) {
         self.syncs_in_copy_window = 0;
         self.copy_done_in_window = false;
+        self.copy_window_extended = extended;
     }
 
     /// Queue the reply a request will get. After an error the server ignores extended messages

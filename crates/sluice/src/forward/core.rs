@@ -172,6 +172,8 @@ pub struct RelayCore<'a> {
     /// command turns out to be COPY FROM STDIN, the server ignores them (no ReadyForQuery).
     pub(super) syncs_in_copy_window: u32,
     pub(super) copy_done_in_window: bool,
+    /// The command that opened the window was an Execute: its batch needs a Sync the server sees.
+    pub(super) copy_window_extended: bool,
     /// The server is in COPY IN and the client has not ended it yet: its Syncs are ignored.
     pub(super) copy_in_open: bool,
     /// A Query, Execute or FunctionCall went out whose replies are not all in.
@@ -246,6 +248,7 @@ impl<'a> RelayCore<'a> {
             unsynced: false,
             syncs_in_copy_window: 0,
             copy_done_in_window: false,
+            copy_window_extended: false,
             copy_in_open: false,
             after_command: false,
             pipelined_after_command: false,

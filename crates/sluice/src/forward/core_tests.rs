@@ -558,3 +558,38 @@ fn a_copy_the_server_failed_gives_the_server_back() {
     pump(&mut r);
     assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
 }
+
+/// An extended-protocol COPY whose Sync went out before the CopyInResponse: the server ignores
+/// that Sync inside the COPY, so after the copy the batch is still open (its CommandComplete to
+/// come, an implicit transaction) until the next Sync (found by the relay fuzzer: the server was
+/// released with the COPY's CommandComplete unread).
+#[test]
+fn a_sync_the_copy_swallowed_leaves_the_batch_open() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut batch = extended("copy t from stdin", true);
+    batch.extend(message(b'c', b""));
+    client_sends(&mut r, &batch).unwrap();
+    assert_eq!(tags(&pump(&mut r).0), "PBESc");
+    server_sends(
+        &mut r,
+        &replies(&[
+            PARSE_COMPLETE,
+            BIND_COMPLETE,
+            &message(backend_tag::COPY_IN, &[0, 0, 0]),
+        ]),
+    );
+    pump(&mut r);
+    assert!(r.outcome().is_none(), "the COPY's batch is still open");
+    server_sends(&mut r, &complete("COPY 0"));
+    pump(&mut r);
+    assert!(
+        r.outcome().is_none(),
+        "no Sync has reached the server since"
+    );
+    client_sends(&mut r, &build(encode_sync)).unwrap();
+    pump(&mut r);
+    server_sends(&mut r, &ready(TransactionStatus::Idle));
+    pump(&mut r);
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+}

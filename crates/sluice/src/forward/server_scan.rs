@@ -317,6 +317,11 @@ impl RelayCore<'_> {
         }
         let ignored = std::mem::take(&mut self.syncs_in_copy_window);
         self.pending_rfq = self.pending_rfq.saturating_sub(ignored);
+        if ignored > 0 && self.copy_window_extended {
+            // Those Syncs never reached the batch: it stays open (an implicit transaction, the
+            // COPY's CommandComplete still to come) until a Sync after the copy.
+            self.unsynced = true;
+        }
         let mut to_remove = ignored;
         if to_remove > 0 {
             let mut i = 0;
