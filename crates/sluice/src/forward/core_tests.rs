@@ -1,105 +1,18 @@
 //! `RelayCore` over recorded message streams, with no socket: what reaches each side, when the
 //! server may go back to the pool, and what the client is told when it breaks the protocol.
 
-use std::sync::Arc;
-
 use bytes::BytesMut;
 use sluice_config::PoolMode;
 use sluice_protocol::{
     backend_tag, encode_bind_text, encode_command_complete, encode_execute, encode_flush,
-    encode_parse, encode_query, encode_ready_for_query, encode_sync, encode_terminate, CancelKey,
+    encode_parse, encode_query, encode_ready_for_query, encode_sync, encode_terminate,
     TransactionStatus,
 };
-use tokio::time::Instant;
 
-use super::core::{ClientSide, RelayCore, RelayRules, ServerSide, SessionParts};
-use super::{Prepared, RelayEnd, RelayScratch};
-use crate::pool::RelayTimeouts;
-use crate::prepared::{ClientStatements, ServerStatements, StatementRegistry};
-use crate::server::params::{ParamMap, TrackedSet};
-use crate::server::ServerAddr;
-use crate::session_state::tracker::SessionTracker;
-use crate::stats::PoolStats;
-
-/// Everything a relay borrows, owned by the test.
-struct World {
-    c_rbuf: BytesMut,
-    s_rbuf: BytesMut,
-    status: TransactionStatus,
-    server_params: ParamMap,
-    server_prepared: ServerStatements,
-    addr: Arc<ServerAddr>,
-    client_params: ParamMap,
-    tracked: TrackedSet,
-    stats: PoolStats,
-    registry: StatementRegistry,
-    statements: ClientStatements,
-    tracker: SessionTracker,
-    timeouts: RelayTimeouts,
-    scratch: RelayScratch,
-}
-
-impl World {
-    fn new() -> Self {
-        World {
-            c_rbuf: BytesMut::new(),
-            s_rbuf: BytesMut::new(),
-            status: TransactionStatus::Idle,
-            server_params: ParamMap::new(),
-            server_prepared: ServerStatements::default(),
-            addr: Arc::new(ServerAddr::Tcp {
-                host: "127.0.0.1".into(),
-                port: 5432,
-            }),
-            client_params: ParamMap::new(),
-            tracked: TrackedSet::new(&[]),
-            stats: PoolStats::default(),
-            registry: StatementRegistry::default(),
-            statements: ClientStatements::default(),
-            tracker: SessionTracker::default(),
-            timeouts: RelayTimeouts::default(),
-            scratch: RelayScratch::default(),
-        }
-    }
-
-    /// A relay in `mode`, rewriting prepared statements when `rewrite` (transaction and statement
-    /// mode also track session state, as the session sets them up).
-    fn relay(&mut self, mode: PoolMode, rewrite: bool) -> RelayCore<'_> {
-        let pooled = mode != PoolMode::Session;
-        let prepared = rewrite.then_some(Prepared {
-            registry: &self.registry,
-            client: &mut self.statements,
-            max_per_server: 100,
-        });
-        RelayCore::new(
-            ClientSide {
-                rbuf: &mut self.c_rbuf,
-            },
-            ServerSide {
-                rbuf: &mut self.s_rbuf,
-                status: &mut self.status,
-                params: &mut self.server_params,
-                prepared: &mut self.server_prepared,
-                addr: &self.addr,
-                backend_key: CancelKey { pid: 1, secret: 2 },
-            },
-            SessionParts {
-                client_params: &mut self.client_params,
-                tracked: &self.tracked,
-                stats: &self.stats,
-                prepared,
-                tracking: pooled.then_some((&mut self.tracker, true)),
-                scratch: &mut self.scratch,
-            },
-            RelayRules {
-                mode,
-                max_packet: 1 << 30,
-                timeouts: &self.timeouts,
-            },
-            Instant::now(),
-        )
-    }
-}
+use super::core::RelayCore;
+use super::sim::World;
+use super::RelayEnd;
+use crate::prepared::ClientStatements;
 
 /// The client's bytes arrive (as one read).
 fn client_sends(r: &mut RelayCore<'_>, bytes: &[u8]) -> Result<(), RelayEnd> {
@@ -198,7 +111,7 @@ const BIND_COMPLETE: &[u8] = &[backend_tag::BIND_COMPLETE, 0, 0, 0, 4];
 #[test]
 fn a_simple_query_releases_the_server_at_its_ready_for_query() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     client_sends(&mut r, &query("select 1")).unwrap();
     let (to_server, _) = pump(&mut r);
     assert_eq!(tags(&to_server), "Q");
@@ -218,7 +131,7 @@ fn a_simple_query_releases_the_server_at_its_ready_for_query() {
 #[test]
 fn a_pipeline_keeps_the_server_until_its_last_sync_is_answered() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     let batch = [extended("select 1", true), extended("select 2", true)].concat();
     client_sends(&mut r, &batch).unwrap();
     assert_eq!(tags(&pump(&mut r).0), "PBESPBES");
@@ -239,7 +152,7 @@ fn a_pipeline_keeps_the_server_until_its_last_sync_is_answered() {
 #[test]
 fn flush_without_sync_keeps_the_server_although_it_answered() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     let mut batch = extended("select 1", false);
     batch.extend(build(encode_flush));
     client_sends(&mut r, &batch).unwrap();
@@ -264,7 +177,7 @@ fn flush_without_sync_keeps_the_server_although_it_answered() {
 fn an_error_mid_batch_forgets_the_statement_it_named_and_ends_at_sync() {
     let mut w = World::new();
     {
-        let mut r = w.relay(PoolMode::Transaction, true);
+        let mut r = w.relay(PoolMode::Transaction, true, true);
         let batch = build(|b| {
             encode_parse("s1", "selec 1", &[], b);
             encode_bind_text("", "s1", &[], b);
@@ -299,7 +212,7 @@ fn a_named_statement_prepared_once_is_answered_by_the_pooler_the_second_time() {
         encode_sync(b);
     });
     {
-        let mut r = w.relay(PoolMode::Transaction, true);
+        let mut r = w.relay(PoolMode::Transaction, true, true);
         client_sends(&mut r, &parse).unwrap();
         assert_eq!(tags(&pump(&mut r).0), "PS");
         server_sends(
@@ -311,7 +224,7 @@ fn a_named_statement_prepared_once_is_answered_by_the_pooler_the_second_time() {
     }
     // Another client prepares the same text on this server: no Parse reaches it.
     w.statements = ClientStatements::default();
-    let mut r = w.relay(PoolMode::Transaction, true);
+    let mut r = w.relay(PoolMode::Transaction, true, true);
     client_sends(&mut r, &parse).unwrap();
     let (to_server, to_client) = pump(&mut r);
     assert_eq!(tags(&to_server), "S");
@@ -324,7 +237,7 @@ fn a_named_statement_prepared_once_is_answered_by_the_pooler_the_second_time() {
 #[test]
 fn copy_in_passes_its_data_and_ignores_syncs_inside_the_copy() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     client_sends(&mut r, &extended("copy t from stdin", true)).unwrap();
     assert_eq!(tags(&pump(&mut r).0), "PBES");
     let copy_in = message(backend_tag::COPY_IN, &[0, 0, 0]);
@@ -355,7 +268,7 @@ fn copy_in_passes_its_data_and_ignores_syncs_inside_the_copy() {
 fn a_message_type_the_protocol_does_not_define_is_refused_and_never_forwarded() {
     for tag in [0u8, 1, b'J', b'z', b'~'] {
         let mut w = World::new();
-        let mut r = w.relay(PoolMode::Transaction, false);
+        let mut r = w.relay(PoolMode::Transaction, false, true);
         let end = client_sends(&mut r, &message(tag, b"junk")).unwrap_err();
         match end {
             RelayEnd::Fatal {
@@ -382,7 +295,7 @@ fn a_message_type_the_protocol_does_not_define_is_refused_and_never_forwarded() 
 #[test]
 fn inside_copy_in_only_copy_messages_flush_and_sync_are_defined() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     client_sends(&mut r, &query("copy t from stdin")).unwrap();
     pump(&mut r);
     server_sends(&mut r, &message(backend_tag::COPY_IN, &[0, 0, 0]));
@@ -403,7 +316,7 @@ fn inside_copy_in_only_copy_messages_flush_and_sync_are_defined() {
 #[test]
 fn an_oversized_length_is_refused_at_the_header() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     // A Sync announcing 1 GiB: refused before any of its body arrives.
     let header = [b'S', 0x40, 0, 0, 0];
     let end = client_sends(&mut r, &header).unwrap_err();
@@ -416,7 +329,7 @@ fn an_oversized_length_is_refused_at_the_header() {
 #[test]
 fn a_transaction_block_keeps_the_server_until_the_server_is_idle_again() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     client_sends(&mut r, &query("begin")).unwrap();
     pump(&mut r);
     server_sends(
@@ -439,7 +352,7 @@ fn a_transaction_block_keeps_the_server_until_the_server_is_idle_again() {
 #[test]
 fn statement_mode_refuses_a_transaction_block() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Statement, false);
+    let mut r = w.relay(PoolMode::Statement, false, true);
     client_sends(&mut r, &query("begin")).unwrap();
     pump(&mut r);
     r.server_wants(usize::MAX)
@@ -458,7 +371,7 @@ fn statement_mode_refuses_a_transaction_block() {
 #[test]
 fn terminate_ends_the_relay_without_reaching_the_server() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     client_sends(&mut r, &build(encode_terminate)).unwrap();
     assert!(pump(&mut r).0.is_empty());
     assert!(matches!(
@@ -470,7 +383,7 @@ fn terminate_ends_the_relay_without_reaching_the_server() {
 #[test]
 fn a_reply_cut_in_the_middle_keeps_the_server() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     client_sends(&mut r, &query("select 1")).unwrap();
     pump(&mut r);
     let all = replies(&[&complete("SELECT 1"), &ready(TransactionStatus::Idle)]);
@@ -488,7 +401,7 @@ fn a_reply_cut_in_the_middle_keeps_the_server() {
 fn parameter_status_updates_both_sides_tracked_values() {
     let mut w = World::new();
     {
-        let mut r = w.relay(PoolMode::Transaction, false);
+        let mut r = w.relay(PoolMode::Transaction, false, true);
         client_sends(&mut r, &query("set timezone = 'UTC'")).unwrap();
         pump(&mut r);
         let ps = message(backend_tag::PARAMETER_STATUS, b"TimeZone\0UTC\0");
@@ -511,7 +424,7 @@ fn parameter_status_updates_both_sides_tracked_values() {
 #[test]
 fn messages_pipelined_behind_a_copy_make_the_server_unsure() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     let mut batch = query("copy t from stdin");
     batch.extend(build(encode_sync));
     batch.extend(build(|b| encode_bind_text("", "", &[], b)));
@@ -546,7 +459,7 @@ fn messages_pipelined_behind_a_copy_make_the_server_unsure() {
 #[test]
 fn a_copy_the_server_failed_gives_the_server_back() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     client_sends(&mut r, &query("copy t from stdin")).unwrap();
     pump(&mut r);
     server_sends(&mut r, &message(backend_tag::COPY_IN, &[0, 0, 0]));
@@ -566,7 +479,7 @@ fn a_copy_the_server_failed_gives_the_server_back() {
 #[test]
 fn a_sync_the_copy_swallowed_leaves_the_batch_open() {
     let mut w = World::new();
-    let mut r = w.relay(PoolMode::Transaction, false);
+    let mut r = w.relay(PoolMode::Transaction, false, true);
     let mut batch = extended("copy t from stdin", true);
     batch.extend(message(b'c', b""));
     client_sends(&mut r, &batch).unwrap();

@@ -374,22 +374,84 @@ impl Backend {
     }
 }
 
-/// Everything the relay borrows.
-struct World {
-    c_rbuf: BytesMut,
-    s_rbuf: BytesMut,
-    status: TransactionStatus,
-    server_params: ParamMap,
-    server_prepared: ServerStatements,
+/// Everything a relay borrows, owned by the caller (this check and `core_tests.rs`).
+pub(super) struct World {
+    pub c_rbuf: BytesMut,
+    pub s_rbuf: BytesMut,
+    pub status: TransactionStatus,
+    pub server_params: ParamMap,
+    pub server_prepared: ServerStatements,
     addr: Arc<ServerAddr>,
-    client_params: ParamMap,
+    pub client_params: ParamMap,
     tracked: TrackedSet,
     stats: PoolStats,
     registry: StatementRegistry,
-    statements: ClientStatements,
+    pub statements: ClientStatements,
     tracker: SessionTracker,
     timeouts: RelayTimeouts,
     scratch: RelayScratch,
+}
+
+impl World {
+    pub fn new() -> Self {
+        World {
+            c_rbuf: BytesMut::new(),
+            s_rbuf: BytesMut::new(),
+            status: TransactionStatus::Idle,
+            server_params: ParamMap::new(),
+            server_prepared: ServerStatements::default(),
+            addr: Arc::new(ServerAddr::Tcp {
+                host: "sim".into(),
+                port: 5432,
+            }),
+            client_params: ParamMap::new(),
+            tracked: TrackedSet::new(&[]),
+            stats: PoolStats::default(),
+            registry: StatementRegistry::default(),
+            statements: ClientStatements::default(),
+            tracker: SessionTracker::default(),
+            timeouts: RelayTimeouts::default(),
+            scratch: RelayScratch::default(),
+        }
+    }
+
+    /// A relay in `mode` over this world's buffers, rewriting prepared statements when `rewrite`
+    /// (transaction and statement mode also track session state, as the session sets them up,
+    /// letting it pin when `may_pin`).
+    pub fn relay(&mut self, mode: PoolMode, rewrite: bool, may_pin: bool) -> RelayCore<'_> {
+        let pooled = mode != PoolMode::Session;
+        RelayCore::new(
+            ClientSide {
+                rbuf: &mut self.c_rbuf,
+            },
+            ServerSide {
+                rbuf: &mut self.s_rbuf,
+                status: &mut self.status,
+                params: &mut self.server_params,
+                prepared: &mut self.server_prepared,
+                addr: &self.addr,
+                backend_key: CancelKey { pid: 1, secret: 1 },
+            },
+            SessionParts {
+                client_params: &mut self.client_params,
+                tracked: &self.tracked,
+                stats: &self.stats,
+                prepared: rewrite.then_some(Prepared {
+                    registry: &self.registry,
+                    client: &mut self.statements,
+                    max_per_server: 2,
+                }),
+                tracking: pooled.then_some((&mut self.tracker, may_pin)),
+                scratch: &mut self.scratch,
+            },
+            RelayRules {
+                mode,
+                max_packet: 1 << 30,
+                timeouts: &self.timeouts,
+            },
+            Instant::now(),
+        )
+    }
 }
 
 /// How the relays of one script ended.
@@ -413,63 +475,14 @@ pub fn run(data: &[u8]) -> Ends {
         _ => PoolMode::Session,
     };
     let rewrite = mode != PoolMode::Session && flags & 4 != 0;
-    let mut w = World {
-        c_rbuf: BytesMut::new(),
-        s_rbuf: BytesMut::new(),
-        status: TransactionStatus::Idle,
-        server_params: ParamMap::new(),
-        server_prepared: ServerStatements::default(),
-        addr: Arc::new(ServerAddr::Tcp {
-            host: "sim".into(),
-            port: 5432,
-        }),
-        client_params: ParamMap::new(),
-        tracked: TrackedSet::new(&[]),
-        stats: PoolStats::default(),
-        registry: StatementRegistry::default(),
-        statements: ClientStatements::default(),
-        tracker: SessionTracker::default(),
-        timeouts: RelayTimeouts::default(),
-        scratch: RelayScratch::default(),
-    };
+    let mut w = World::new();
     let mut backend = Backend::default();
     // Several relays in a row on one server, as transactions of one client would run.
     for _ in 0..8 {
         if s.done() {
             return ends;
         }
-        let pooled = mode != PoolMode::Session;
-        let mut relay = RelayCore::new(
-            ClientSide {
-                rbuf: &mut w.c_rbuf,
-            },
-            ServerSide {
-                rbuf: &mut w.s_rbuf,
-                status: &mut w.status,
-                params: &mut w.server_params,
-                prepared: &mut w.server_prepared,
-                addr: &w.addr,
-                backend_key: CancelKey { pid: 1, secret: 1 },
-            },
-            SessionParts {
-                client_params: &mut w.client_params,
-                tracked: &w.tracked,
-                stats: &w.stats,
-                prepared: rewrite.then_some(Prepared {
-                    registry: &w.registry,
-                    client: &mut w.statements,
-                    max_per_server: 2,
-                }),
-                tracking: pooled.then_some((&mut w.tracker, flags & 8 != 0)),
-                scratch: &mut w.scratch,
-            },
-            RelayRules {
-                mode,
-                max_packet: 1 << 20,
-                timeouts: &w.timeouts,
-            },
-            Instant::now(),
-        );
+        let mut relay = w.relay(mode, rewrite, flags & 8 != 0);
         let mut wire = Vec::new();
         client_message(&mut s, &mut wire);
         let end = drive(&mut s, &mut relay, &mut backend, &mut wire);

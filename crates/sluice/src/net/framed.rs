@@ -26,15 +26,10 @@ pub async fn read_message<S: AsyncRead + Unpin>(
     max_len: usize,
 ) -> Result<(u8, BytesMut), ReadError> {
     loop {
-        if let Some(h) = peek_header(buf, max_len)? {
-            let total = h.total_len();
-            if buf.len() >= total {
-                let mut msg = buf.split_to(total);
-                msg.advance(5);
-                return Ok((h.tag, msg));
-            }
-            buf.reserve(total - buf.len());
-        } else if buf.capacity() - buf.len() < 512 {
+        if let Some(m) = take_message(buf, max_len)? {
+            return Ok(m);
+        }
+        if buf.is_empty() && buf.capacity() < 512 {
             buf.reserve(4096);
         }
         if stream.read_buf(buf).await? == 0 {
@@ -55,16 +50,8 @@ pub async fn read_message_when_ready(
     chunk: usize,
 ) -> Result<(u8, BytesMut), ReadError> {
     loop {
-        if let Some(h) = peek_header(buf, max_len)? {
-            let total = h.total_len();
-            if buf.len() >= total {
-                let mut msg = buf.split_to(total);
-                msg.advance(5);
-                return Ok((h.tag, msg));
-            }
-            buf.reserve(total - buf.len());
-        } else if !buf.is_empty() && buf.capacity() - buf.len() < 512 {
-            buf.reserve(4096);
+        if let Some(m) = take_message(buf, max_len)? {
+            return Ok(m);
         }
         let n = if buf.is_empty() {
             stream.read_when_ready(buf, chunk).await?
@@ -75,6 +62,23 @@ pub async fn read_message_when_ready(
             return Err(ReadError::Closed);
         }
     }
+}
+
+/// Split the first whole message off `buf`, if it holds one; else make room for the rest of it
+/// (or for a header) to be read.
+fn take_message(buf: &mut BytesMut, max_len: usize) -> Result<Option<(u8, BytesMut)>, ReadError> {
+    if let Some(h) = peek_header(buf, max_len)? {
+        let total = h.total_len();
+        if buf.len() >= total {
+            let mut msg = buf.split_to(total);
+            msg.advance(5);
+            return Ok(Some((h.tag, msg)));
+        }
+        buf.reserve(total - buf.len());
+    } else if !buf.is_empty() && buf.capacity() - buf.len() < 512 {
+        buf.reserve(4096);
+    }
+    Ok(None)
 }
 
 /// Write a whole buffer and clear it.
