@@ -613,6 +613,41 @@ async fn reload_and_set_change_pool_size() {
     assert_eq!(num(&show(&mut c, "databases").await, "app", "pool_size"), 5);
 }
 
+/// SET runs what its key's change takes (the settings table's effect column), as RELOAD does: SET
+/// auth_file reads the new file at once (a user only it lists logs in), and a file that cannot be
+/// read refuses the SET and keeps the running secrets.
+#[tokio::test]
+async fn set_auth_file_reads_the_new_file() {
+    let s = start("", 1);
+    let mut c = admin(&s).await;
+    assert!(s.connect("newcomer", "newpw", "app").await.is_err());
+    s.write_file(
+        "userlist2.txt",
+        "\"admin\" \"adminpw\"\n\"app\" \"apppw\"\n\"newcomer\" \"newpw\"\n",
+    );
+    let path = s.dir.path().join("userlist2.txt");
+    let r = c
+        .query(&format!("SET auth_file = '{}'", path.display()))
+        .await
+        .unwrap();
+    assert!(r.tag.starts_with("SET auth_file="), "{}", r.tag);
+    let n = s
+        .connect("newcomer", "newpw", "app")
+        .await
+        .unwrap_or_else(|e| panic!("user of the new auth_file refused: {e:?}\n{}", s.log()));
+    n.simple_query("SELECT 1").await.unwrap();
+    let e = c
+        .query("SET auth_file = '/nonexistent/userlist.txt'")
+        .await
+        .unwrap_err();
+    assert!(e[&b'M'].contains("nonexistent"), "{e:?}");
+    assert_eq!(
+        show(&mut c, "config").await.get("auth_file", "value"),
+        Some(path.display().to_string())
+    );
+    s.connect("newcomer", "newpw", "app").await.unwrap();
+}
+
 #[tokio::test]
 async fn kill_client_drops_exactly_one() {
     let s = start("", 2);

@@ -47,7 +47,7 @@ pub use settings::{
     Settings, SluiceSettings, AUTH_QUERY_DEFAULT, PGBOUNCER_SETTINGS, SLUICE_SETTINGS,
     TCP_DEFER_ACCEPT_DEFAULT,
 };
-pub use settings_macro::{find_def, SettingDef};
+pub use settings_macro::{find_def, Effect, SettingDef};
 pub use user::UserEntry;
 pub use userlist::{load_userlist, parse_userlist};
 pub use value::{format_g, FileMode, Seconds, SettingValue};

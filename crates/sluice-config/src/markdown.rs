@@ -32,12 +32,20 @@ fn section(out: &mut String, title: &str, defs: &[SettingDef]) {
             "| `{}` | {} | {} | {} | {} |\n",
             d.name,
             default,
-            yes_no(d.reloadable),
+            reloadable(d),
             yes_no(d.supported),
             cell(d.doc)
         ));
     }
     out.push('\n');
+}
+
+/// "yes", with what else a change takes when it takes more than the new value (`Effect`).
+fn reloadable(d: &SettingDef) -> String {
+    match d.effect.describe() {
+        "" => yes_no(d.reloadable).to_string(),
+        effect => format!("yes ({effect})"),
+    }
 }
 
 fn yes_no(b: bool) -> &'static str {

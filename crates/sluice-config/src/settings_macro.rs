@@ -11,8 +11,49 @@ pub struct SettingDef {
     pub reloadable: bool,
     /// Whether Sluice implements the setting; unsupported keys are accepted and reported.
     pub supported: bool,
+    /// What applying a new value takes besides storing it (RELOAD and SET alike: `App::apply`).
+    pub effect: Effect,
     /// One-line description.
     pub doc: &'static str,
+}
+
+/// What a running pooler does when a reloadable key changes, besides storing the new value (read
+/// where it is used: timeouts, limits, logging flags) and recomputing every pool's targets (done
+/// after every change: cheap, and a pool setting can never be missed). RELOAD re-reads the files
+/// behind `Hba`, `AuthFile`, `Tls` and `MetricsAccess` and clears the caches whatever changed (a file may
+/// change while its key does not); SET runs only the effects of its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Nothing more: the value is read where it is used.
+    None,
+    /// The HBA rules are rebuilt (auth_type, auth_hba_file, auth_ident_file).
+    Hba,
+    /// Secrets cached from auth_query are forgotten (auth_user, auth_query, auth_dbname).
+    AuthQueryCache,
+    /// The auth file is read again (a broken file refuses the change) and the SCRAM secrets derived
+    /// from its passwords are forgotten.
+    AuthFile,
+    /// Both sides' TLS configurations are rebuilt (a broken file refuses the change).
+    Tls,
+    /// The HTTP endpoint's TLS and basic auth are rebuilt (a broken file refuses the change).
+    MetricsAccess,
+    /// Syslog output is switched (syslog, syslog_facility, syslog_ident).
+    Syslog,
+}
+
+impl Effect {
+    /// How the generated docs name it (empty for `None`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Effect::None => "",
+            Effect::Hba => "HBA rules rebuilt",
+            Effect::AuthQueryCache => "auth_query cache cleared",
+            Effect::AuthFile => "auth file read again",
+            Effect::Tls => "TLS configuration rebuilt",
+            Effect::MetricsAccess => "HTTP endpoint access rebuilt",
+            Effect::Syslog => "syslog output switched",
+        }
+    }
 }
 
 /// Find a setting's metadata by exact (case-sensitive) name.
@@ -21,7 +62,7 @@ pub fn find_def(table: &'static [SettingDef], name: &str) -> Option<&'static Set
 }
 
 /// `declare_settings! { #[doc] pub struct Name in TABLE { key: Type = "default", reloadable|fixed,
-/// supported|unsupported, "doc"; ... } }` generates the struct (one field per key), `Default` (every
+/// supported|unsupported, "doc"; ... } }` (`reloadable(Effect)` names an `Effect` beyond `None`) generates the struct (one field per key), `Default` (every
 /// default parsed by the type's own parser, so table and struct cannot disagree), the `TABLE` of
 /// `SettingDef`s in declaration order, and `set`/`get` by key name.
 macro_rules! declare_settings {
@@ -29,10 +70,12 @@ macro_rules! declare_settings {
     (@reload fixed) => { false };
     (@supported supported) => { true };
     (@supported unsupported) => { false };
+    (@effect) => { $crate::settings_macro::Effect::None };
+    (@effect $effect:ident) => { $crate::settings_macro::Effect::$effect };
     (
         $(#[$meta:meta])*
         pub struct $Struct:ident in $TABLE:ident {
-            $( $key:ident : $ty:ty = $default:expr, $reload:ident, $supported:ident, $doc:literal; )*
+            $( $key:ident : $ty:ty = $default:expr, $reload:ident $(($effect:ident))?, $supported:ident, $doc:literal; )*
         }
     ) => {
         $(#[$meta])*
@@ -60,6 +103,7 @@ macro_rules! declare_settings {
                     default: $default,
                     reloadable: declare_settings!(@reload $reload),
                     supported: declare_settings!(@supported $supported),
+                    effect: declare_settings!(@effect $($effect)?),
                     doc: $doc,
                 },
             )*

@@ -363,3 +363,34 @@ fn every_key_rejects_garbage_without_panicking() {
         }
     }
 }
+
+#[test]
+fn effects_belong_to_reloadable_keys_and_cover_the_files() {
+    use crate::settings_macro::Effect;
+    for def in PGBOUNCER_SETTINGS.iter().chain(SLUICE_SETTINGS) {
+        if !def.reloadable {
+            assert_eq!(
+                def.effect,
+                Effect::None,
+                "{}: fixed keys take no effect",
+                def.name
+            );
+        }
+        // Every key that names a file a running pooler reads has an effect that reads it again.
+        let names_a_file =
+            def.name.ends_with("_file") && def.name != "logfile" && def.name != "pidfile";
+        if names_a_file && def.reloadable {
+            assert_ne!(
+                def.effect,
+                Effect::None,
+                "{} names a file but no effect re-reads it",
+                def.name
+            );
+        }
+    }
+    let effect = |k| crate::find_def(PGBOUNCER_SETTINGS, k).unwrap().effect;
+    assert_eq!(effect("auth_hba_file"), Effect::Hba);
+    assert_eq!(effect("auth_file"), Effect::AuthFile);
+    assert_eq!(effect("client_tls_sslmode"), Effect::Tls);
+    assert_eq!(effect("default_pool_size"), Effect::None);
+}

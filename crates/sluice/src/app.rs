@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use rand::RngCore;
-use sluice_config::{Config, ConfigError};
+use sluice_config::{Config, ConfigError, Effect, ReloadDiff};
 
 use crate::auth::credentials::Credentials;
 use crate::auth::hba_state::HbaState;
@@ -172,7 +172,6 @@ impl App {
             }
         }
         let result = self.reload_config();
-        self.apply_syslog();
         self.notify(&format!("READY=1\n{}", self.status_line()));
         result
     }
@@ -207,24 +206,15 @@ impl App {
     }
 
     fn reload_config(&self) -> Result<(), ConfigError> {
-        let new = sluice_config::load(&self.config_path)?;
-        // Certificates are re-read on every reload; a broken one fails the reload as a whole, so
-        // the running TLS (and every established connection) is kept.
-        let tls = TlsSetup::load(&new.settings)
-            .map_err(|e| e.into_config_error(&self.config_path.display().to_string()))?;
-        let metrics_access = crate::metrics::Access::load(&new)?;
-        self.credentials.load(new.settings.auth_file.as_deref())?;
+        let mut new = sluice_config::load(&self.config_path)?;
         let old = self.config();
         let diff = sluice_config::diff(&old, &new);
+        // Non-reloadable settings keep their running values, in [pgbouncer] and [sluice] alike
+        // (SHOW CONFIG must show what runs, not what the file asks for after a restart).
         for key in &diff.ignored_nonreloadable {
             tracing::warn!(
                 "reload: {key} cannot be changed without a restart; keeping the old value"
             );
-        }
-        let mut new = new;
-        // Non-reloadable settings keep their running values, in [pgbouncer] and [sluice] alike
-        // (SHOW CONFIG must show what runs, not what the file asks for after a restart).
-        for key in &diff.ignored_nonreloadable {
             if sluice_config::find_def(sluice_config::PGBOUNCER_SETTINGS, key).is_some() {
                 if let Some(v) = old.settings.get(key) {
                     let _ = new.settings.set(key, &v);
@@ -233,14 +223,8 @@ impl App {
                 let _ = new.sluice.set(key, &v);
             }
         }
-        self.hba.reload(&new.settings);
-        self.auth_query_cache.clear();
-        self.scram_cache.clear();
-        self.config.store(Arc::new(new));
-        self.tls.store(Arc::new(tls));
-        self.metrics_access.store(Arc::new(metrics_access));
-        self.warn_unsupported();
-        self.refresh_pools();
+        // The files behind the rules, certificates and secrets are read again whatever changed.
+        self.apply(new, &diff, Effects::files())?;
         tracing::info!(
             "RELOAD: configuration reloaded from {}",
             self.config_path.display()
@@ -254,9 +238,9 @@ impl App {
         let def = sluice_config::find_def(sluice_config::PGBOUNCER_SETTINGS, key)
             .or_else(|| sluice_config::find_def(sluice_config::SLUICE_SETTINGS, key))
             .ok_or(sluice_config::SetError::UnknownKey)?;
-        let mut cfg = (*self.config()).clone();
-        let pgbouncer = sluice_config::find_def(sluice_config::PGBOUNCER_SETTINGS, key).is_some();
-        if pgbouncer {
+        let old = self.config();
+        let mut cfg = (*old).clone();
+        if sluice_config::find_def(sluice_config::PGBOUNCER_SETTINGS, key).is_some() {
             cfg.settings.set(key, value)?;
         } else {
             cfg.sluice.set(key, value)?;
@@ -264,25 +248,60 @@ impl App {
         if !def.reloadable {
             return Ok(false);
         }
-        if matches!(key, "auth_type" | "auth_hba_file" | "auth_ident_file") {
-            self.hba.reload(&cfg.settings);
+        let diff = sluice_config::diff(&old, &cfg);
+        self.apply(cfg, &diff, Effects::default())
+            .map_err(|e| sluice_config::SetError::BadValue(e.to_string()))?;
+        Ok(true)
+    }
+
+    /// Put a changed config in place with what its changed keys take (`diff.changed_settings`,
+    /// through the settings table's `effect` column), plus `also` (RELOAD: the files): everything that can fail (certificates, the HTTP endpoint's files, the
+    /// auth file) is built first, so that a failure changes nothing; then the rules, caches and
+    /// config are swapped, and every pool's targets recomputed (after any change: cheap).
+    fn apply(&self, new: Config, diff: &ReloadDiff, also: Effects) -> Result<(), ConfigError> {
+        let effects = diff
+            .changed_settings
+            .iter()
+            .filter_map(|key| {
+                sluice_config::find_def(sluice_config::PGBOUNCER_SETTINGS, key)
+                    .or_else(|| sluice_config::find_def(sluice_config::SLUICE_SETTINGS, key))
+            })
+            .fold(also, |e, def| e.with(def.effect));
+        let tls = match effects.tls {
+            true => Some(
+                TlsSetup::load(&new.settings)
+                    .map_err(|e| e.into_config_error(&self.config_path.display().to_string()))?,
+            ),
+            false => None,
+        };
+        let metrics_access = match effects.metrics_access {
+            true => Some(crate::metrics::Access::load(&new)?),
+            false => None,
+        };
+        // Last of the fallible steps: it replaces the secrets in place.
+        if effects.auth_file {
+            self.credentials.load(new.settings.auth_file.as_deref())?;
+            self.scram_cache.clear();
         }
-        if matches!(key, "auth_user" | "auth_query" | "auth_dbname") {
+        if effects.hba {
+            self.hba.reload(&new.settings);
+        }
+        if effects.auth_query_cache {
             self.auth_query_cache.clear();
         }
-        if pgbouncer && key.contains("_tls") {
-            let tls = TlsSetup::load(&cfg.settings)
-                .map_err(|e| sluice_config::SetError::BadValue(e.to_string()))?;
+        self.config.store(Arc::new(new));
+        if let Some(tls) = tls {
             self.tls.store(Arc::new(tls));
         }
-        if key.starts_with("metrics_") {
-            let access = crate::metrics::Access::load(&cfg)
-                .map_err(|e| sluice_config::SetError::BadValue(e.to_string()))?;
+        if let Some(access) = metrics_access {
             self.metrics_access.store(Arc::new(access));
         }
-        self.config.store(Arc::new(cfg));
+        if effects.syslog {
+            self.apply_syslog();
+        }
+        self.warn_unsupported();
         self.refresh_pools();
-        Ok(true)
+        Ok(())
     }
 
     /// Recompute every pool's settings from the current config. Servers are replaced when their
@@ -323,6 +342,48 @@ impl App {
                     }
                 },
             ));
+        }
+    }
+}
+
+/// What `App::apply` runs for a change, from the settings table's `effect` column.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Effects {
+    hba: bool,
+    auth_query_cache: bool,
+    auth_file: bool,
+    tls: bool,
+    metrics_access: bool,
+    syslog: bool,
+}
+
+impl Effects {
+    /// These and what a change of one key takes.
+    fn with(mut self, effect: Effect) -> Self {
+        let e = &mut self;
+        match effect {
+            Effect::None => {}
+            Effect::Hba => e.hba = true,
+            Effect::AuthQueryCache => e.auth_query_cache = true,
+            Effect::AuthFile => e.auth_file = true,
+            Effect::Tls => e.tls = true,
+            Effect::MetricsAccess => e.metrics_access = true,
+            Effect::Syslog => e.syslog = true,
+        }
+        self
+    }
+
+    /// What RELOAD runs whatever keys changed: the HBA, auth, certificate and HTTP endpoint files
+    /// are read again, the caches built from them cleared, the syslog socket connected again (as
+    /// the logfile is reopened).
+    fn files() -> Self {
+        Effects {
+            hba: true,
+            auth_query_cache: true,
+            auth_file: true,
+            tls: true,
+            metrics_access: true,
+            syslog: true,
         }
     }
 }
