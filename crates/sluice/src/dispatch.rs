@@ -254,7 +254,8 @@ async fn login_phase(
         };
         // The console is reachable even when max_client_conn is used up, as in PgBouncer.
         if info.database == crate::admin::ADMIN_DB {
-            let access = crate::admin::session::login(app, client, &info).await?;
+            // Boxed: the console's login state would size every pool login for it.
+            let access = Box::pin(crate::admin::session::login(app, client, &info)).await?;
             return Ok(LoggedIn::Admin(info, access));
         }
         if count > cfg.settings.max_client_conn as usize && cfg.settings.max_client_conn != 0 {

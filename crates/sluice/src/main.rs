@@ -15,7 +15,9 @@ use tokio::signal::unix::{signal, SignalKind};
 /// mixed sizes (boxed login and session futures of several KiB, parameter strings), which glibc
 /// serves through its slower bins and heap consolidation (~17% of a login's instructions in
 /// callgrind); mimalloc's per-thread free lists make those a few dozen instructions each.
-/// The allocator has to be a process-wide static: that is how Rust installs one.
+/// The allocator has to be a process-wide static: that is how Rust installs one. Built without
+/// the `mimalloc` feature, the system allocator serves (for heap profilers that hook malloc).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -161,7 +161,7 @@ fn database_entries(app: &App, cfg: &Config) -> Vec<DatabaseEntry> {
         // An auto-database without clients and servers is left out until used again (PgBouncer
         // moves it to its idle list); its pools stay in SHOW POOLS until autodb_idle_timeout.
         .filter(|n| !app.pools.is_idle_auto(n))
-        .filter_map(|n| targets::find_database(cfg, n).map(std::borrow::Cow::into_owned))
+        .filter_map(|n| targets::find_database(cfg, n).map(targets::FoundDb::into_owned))
         .collect()
 }
 

@@ -162,20 +162,22 @@ async fn run(
         },
         Method::Plain => plain(app, client, user, secret).await,
         Method::Md5 => match secret {
-            Some(StoredSecret::Scram(s)) => scram(app, client, user, Some(s), true).await,
+            Some(StoredSecret::Scram(s)) => Box::pin(scram(app, client, user, Some(s), true)).await,
             other => md5(client, user, other).await,
         },
         Method::Scram => match secret {
-            Some(StoredSecret::Scram(s)) => scram(app, client, user, Some(s), true).await,
+            Some(StoredSecret::Scram(s)) => Box::pin(scram(app, client, user, Some(s), true)).await,
             Some(StoredSecret::Plain(p)) => {
                 let iterations = app.config().settings.scram_iterations;
                 let adhoc = app.scram_cache.adhoc(user, &p, iterations, &app.mock_key);
-                scram(app, client, user, Some(adhoc), false)
+                Box::pin(scram(app, client, user, Some(adhoc), false))
                     .await
                     .map(|_| known(Some(StoredSecret::Plain(p))))
             }
             // md5 secrets cannot verify SCRAM; run the mock so the failure looks like any other.
-            Some(StoredSecret::Md5(_)) | None => scram(app, client, user, None, false).await,
+            Some(StoredSecret::Md5(_)) | None => {
+                Box::pin(scram(app, client, user, None, false)).await
+            }
         },
         Method::Any | Method::Refuse(..) => Err(auth_failed(user)),
     }?;
@@ -198,7 +200,9 @@ async fn find_secret(
     let Some(scope) = AuthScope::of(&app.config(), db, req.database) else {
         return Ok((None, false));
     };
-    match query::lookup(app, &scope, req.user).await {
+    // Boxed, as the SCRAM exchange: a login holds the largest of its steps' states while it
+    // waits for its client, and these rarer steps would size every md5 login for them.
+    match Box::pin(query::lookup(app, &scope, req.user)).await {
         Ok(s) => Ok((s, true)),
         Err(e) => Err(Failure {
             end: EndReason::Error(ClientNotice::new(

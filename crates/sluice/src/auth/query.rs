@@ -182,7 +182,7 @@ pub async fn lookup(
 fn auth_pool(app: &Arc<App>, scope: &AuthScope) -> Result<Arc<Pool>, AuthQueryError> {
     let cfg = app.config();
     let mut db = targets::find_database(&cfg, &scope.auth_db)
-        .map(std::borrow::Cow::into_owned)
+        .map(targets::FoundDb::into_owned)
         .ok_or_else(|| AuthQueryError::NoAuthDatabase(scope.auth_db.clone()))?;
     // The auth connection logs in as auth_user even where the database forces another user.
     db.user = None;

@@ -22,147 +22,154 @@ use crate::session_state::tracker::SessionTracker;
 use crate::stats::PoolStats;
 use crate::targets;
 
-pub async fn login(
-    app: &Arc<App>,
-    client: &mut ClientConn,
+/// The pool login of a client whose startup packet named a pool database: authenticate, join the
+/// pool, greet. A plain fn returning an `async move` block rather than an `async fn`: an async fn's state keeps
+/// a by-value argument twice (as the argument and as the local), and this state is what a login in
+/// flight holds (a connection storm's peak memory).
+#[allow(clippy::manual_async_fn)] // deliberate: see above
+pub fn login<'a>(
+    app: &'a Arc<App>,
+    client: &'a mut ClientConn,
     info: StartupInfo,
     entry: Arc<ClientEntry>,
-) -> Result<Session, EndReason> {
-    let cfg = app.config();
-    let db = targets::find_database(&cfg, &info.database);
-    // Authenticate before revealing whether the database exists.
-    let req = AuthRequest {
-        user: &info.user,
-        database: &info.database,
-        db: db.as_deref(),
-    };
-    let auth = authenticate(app, client, &req).await?;
-    let Some(db) = db else {
-        return Err(EndReason::Error(ClientNotice::new(
-            sqlstate::PROTOCOL_VIOLATION,
-            format!("no such database: {}", info.database),
-        )));
-    };
-    if app.control.db_disabled(&info.database) {
-        return Err(EndReason::Error(ClientNotice::new(
-            sqlstate::PROTOCOL_VIOLATION,
-            format!("database \"{}\" is disabled", info.database),
-        )));
-    }
-    if cfg.settings.auth_type == AuthType::Any && db.user.is_none() {
-        return Err(EndReason::Error(ClientNotice::new(
-            sqlstate::CONFIG_ERROR,
-            "bouncer config error: auth_type=any needs a forced user in every [databases] entry",
-        )));
-    }
-    let login_user = db.user.as_deref().unwrap_or(&info.user);
-    // A forced user logs in with its auth_file secret, any other with the client's (borrowed:
-    // copied only into a new pool's settings).
-    let forced_secret;
-    let server_secret = match db.user {
-        Some(_) => {
-            forced_secret = app.credentials.lookup(login_user);
-            forced_secret.as_ref()
+) -> impl std::future::Future<Output = Result<Session, EndReason>> + Send + 'a {
+    async move {
+        let cfg = app.config();
+        let db = targets::find_database(&cfg, &info.database);
+        // Authenticate before revealing whether the database exists.
+        let req = AuthRequest {
+            user: &info.user,
+            database: &info.database,
+            db: db.as_deref(),
+        };
+        let auth = authenticate(app, client, &req).await?;
+        let Some(db) = db else {
+            return Err(EndReason::Error(ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!("no such database: {}", info.database),
+            )));
+        };
+        if app.control.db_disabled(&info.database) {
+            return Err(EndReason::Error(ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!("database \"{}\" is disabled", info.database),
+            )));
         }
-        None => auth.secret.as_ref(),
-    };
-    let admitted = admit(app, &db, &info.user)?;
-    let pool = loop {
-        let pool = app.pools.get_or_create(&info.database, login_user, || {
-            targets::pool_settings(
-                &cfg,
-                &db,
-                login_user,
-                server_secret.cloned(),
-                app.tls.load().server.clone(),
-                |_| app.pools.current_generation(),
-            )
-        });
-        pool.client_joined();
-        // Freed by autodb_idle_timeout between the two (`Pool::retire_if_unused`): the next
-        // round makes the pool again.
-        if !pool.is_removed() {
-            break pool;
+        if cfg.settings.auth_type == AuthType::Any && db.user.is_none() {
+            return Err(EndReason::Error(ClientNotice::new(
+                sqlstate::CONFIG_ERROR,
+                "bouncer config error: auth_type=any needs a forced user in every [databases] entry",
+            )));
         }
-        pool.client_left();
-    };
-    let member = PoolMember {
-        pool: pool.clone(),
-        _admitted: admitted,
-    };
-    if auth.from_auth_query && db.user.is_none() {
-        follow_auth_query_secret(app, &pool, &db, server_secret);
-    }
-    if app.control.db_paused(&info.database) && !pool.is_paused() {
-        pool.set_paused(true);
-    }
-    if let Some(keys) = auth.scram_keys.clone().filter(|_| db.user.is_none()) {
-        pool.set_scram_keys(keys);
-    }
-    PoolStats::add(&pool.stats.client_logins, 1);
-
-    let welcome = match pool.welcome() {
-        Some(w) => w,
-        None => {
-            // A new pool: the first server login provides the parameters every client is greeted with.
-            let server = pool
-                .checkout()
-                .await
-                .map_err(|e| EndReason::Error(e.client_notice()))?;
-            let welcome = Arc::new(Welcome::new(server.params.clone()));
-            pool.release(server, true);
-            welcome
-        }
-    };
-    let mut params = info.params;
-    if cfg.settings.application_name_add_host {
-        let base = params
-            .get("application_name")
-            .filter(|a| !a.is_empty())
-            .unwrap_or("app")
-            .to_string();
-        params.set("application_name", &format!("{base} - {}", client.peer));
-    }
-    params.fill_tracked_from(&app.tracked, &welcome.params);
-    welcome.share(&mut params);
-    welcome.mark_and_greet(&app.tracked, &mut params, &mut client.wbuf);
-    let cancel = app.cancels.register(app.config().settings.peer_id);
-    encode_backend_key_data(cancel.key, &mut client.wbuf);
-    encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
-    client.flush().await.map_err(|_| EndReason::ClientClosed)?;
-    // Only errors are composed here from now on: the welcome's buffer is not kept for them.
-    client.wbuf = bytes::BytesMut::new();
-    if cfg.settings.log_connections {
-        tracing::info!(
-            "C-{}: {} login attempt: db={} user={} tls={}",
-            client.id,
-            client.label(),
-            info.database,
-            info.user,
-            if client.tls.is_tls {
-                client.tls.description.as_str()
-            } else {
-                "no"
+        let login_user = db.user.as_deref().unwrap_or(&info.user);
+        // A forced user logs in with its auth_file secret, any other with the client's (borrowed:
+        // copied only into a new pool's settings).
+        let forced_secret;
+        let server_secret = match db.user {
+            Some(_) => {
+                forced_secret = app.credentials.lookup(login_user);
+                forced_secret.as_ref()
             }
-        );
+            None => auth.secret.as_ref(),
+        };
+        let admitted = admit(app, &db, &info.user)?;
+        let pool = loop {
+            let pool = app.pools.get_or_create(&info.database, login_user, || {
+                targets::pool_settings(
+                    &cfg,
+                    &db,
+                    login_user,
+                    server_secret.cloned(),
+                    app.tls.load().server.clone(),
+                    |_| app.pools.current_generation(),
+                )
+            });
+            pool.client_joined();
+            // Freed by autodb_idle_timeout between the two (`Pool::retire_if_unused`): the next
+            // round makes the pool again.
+            if !pool.is_removed() {
+                break pool;
+            }
+            pool.client_left();
+        };
+        let member = PoolMember {
+            pool: pool.clone(),
+            _admitted: admitted,
+        };
+        if auth.from_auth_query && db.user.is_none() {
+            follow_auth_query_secret(app, &pool, &db, server_secret);
+        }
+        if app.control.db_paused(&info.database) && !pool.is_paused() {
+            pool.set_paused(true);
+        }
+        if let Some(keys) = auth.scram_keys.clone().filter(|_| db.user.is_none()) {
+            pool.set_scram_keys(keys);
+        }
+        PoolStats::add(&pool.stats.client_logins, 1);
+
+        let welcome = match pool.welcome() {
+            Some(w) => w,
+            None => {
+                // A new pool: the first server login provides the parameters every client is greeted with.
+                let server = pool
+                    .checkout()
+                    .await
+                    .map_err(|e| EndReason::Error(e.client_notice()))?;
+                let welcome = Arc::new(Welcome::new(server.params.clone()));
+                pool.release(server, true);
+                welcome
+            }
+        };
+        let mut params = info.params;
+        if cfg.settings.application_name_add_host {
+            let base = params
+                .get("application_name")
+                .filter(|a| !a.is_empty())
+                .unwrap_or("app")
+                .to_string();
+            params.set("application_name", &format!("{base} - {}", client.peer));
+        }
+        params.fill_tracked_from(&app.tracked, &welcome.params);
+        welcome.share(&mut params);
+        welcome.mark_and_greet(&app.tracked, &mut params, &mut client.wbuf);
+        let cancel = app.cancels.register(app.config().settings.peer_id);
+        encode_backend_key_data(cancel.key, &mut client.wbuf);
+        encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
+        client.flush().await.map_err(|_| EndReason::ClientClosed)?;
+        // Only errors are composed here from now on: the welcome's buffer is not kept for them.
+        client.wbuf = bytes::BytesMut::new();
+        if cfg.settings.log_connections {
+            tracing::info!(
+                "C-{}: {} login attempt: db={} user={} tls={}",
+                client.id,
+                client.label(),
+                info.database,
+                info.user,
+                if client.tls.is_tls {
+                    client.tls.description.as_str()
+                } else {
+                    "no"
+                }
+            );
+        }
+        if let Some(a) = params.get("application_name") {
+            let _ = entry.application_name.set(a.to_string());
+        }
+        let _ = entry.identity.set((info.database, info.user));
+        Ok(Session {
+            pool,
+            entry,
+            params,
+            statements: ClientStatements::default(),
+            tracker: SessionTracker::default(),
+            counted_pinned: false,
+            params_confirmed: false,
+            cancel,
+            relay_scratch: RelayScratch::default(),
+            idle_sleep: None,
+            _member: member,
+        })
     }
-    if let Some(a) = params.get("application_name") {
-        let _ = entry.application_name.set(a.to_string());
-    }
-    let _ = entry.identity.set((info.database, info.user));
-    Ok(Session {
-        pool,
-        entry,
-        params,
-        statements: ClientStatements::default(),
-        tracker: SessionTracker::default(),
-        counted_pinned: false,
-        params_confirmed: false,
-        cancel,
-        relay_scratch: RelayScratch::default(),
-        idle_sleep: None,
-        _member: member,
-    })
 }
 
 /// A pool of an auth_query user logs in with the secret the latest query returned (after RELOAD

@@ -174,6 +174,12 @@ async fn serve_request(
     let checkout = match s.pool.try_checkout_now(arrived, settings) {
         Ok(server) => Ok((server, arrived)),
         Err(queued) => {
+            // In line, the request waits in an allocation of its own size; the read buffer goes
+            // back to the worker's spares (a storm queues thousands of clients at once).
+            crate::net::spare_buffers::park_request(
+                &mut client.rbuf,
+                crate::conn::CLIENT_READ_CHUNK,
+            );
             let wait = s.pool.checkout_at(arrived, settings, queued);
             tokio::pin!(wait);
             loop {

@@ -45,7 +45,9 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
     let tls = app.tls.load_full();
     if tls.client.offered() {
         match crate::tls::handshake::peek_direct(client).await {
-            Ok(true) => crate::tls::handshake::upgrade(&tls.client, client, true).await?,
+            // Boxed: a TLS handshake's state (~1.3 KiB) would otherwise size every plaintext
+            // login in flight for it.
+            Ok(true) => Box::pin(crate::tls::handshake::upgrade(&tls.client, client, true)).await?,
             Ok(false) => {}
             Err(_) => return Ok(Startup::Done),
         }
@@ -117,7 +119,7 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
                         .write_all(b"S")
                         .await
                         .map_err(|_| EndReason::ClientClosed)?;
-                    crate::tls::handshake::upgrade(&tls.client, client, false).await?;
+                    Box::pin(crate::tls::handshake::upgrade(&tls.client, client, false)).await?;
                     continue;
                 }
                 client
@@ -127,7 +129,8 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
                     .map_err(|_| EndReason::ClientClosed)?;
             }
             StartupPacket::Cancel(key) => {
-                handle_cancel(app, key).await;
+                // Boxed: forwarding a cancel (~1.2 KiB of state) would size every login for it.
+                Box::pin(handle_cancel(app, key)).await;
                 return Ok(Startup::Done);
             }
             StartupPacket::Startup { minor, params } => {
