@@ -14,6 +14,13 @@ use crate::cluster::PgCluster;
 use crate::ports::free_port;
 use crate::util::{chmod_755, chown_postgres, is_executable, pg_command};
 
+/// PgBouncer did not start: its log and the pgbouncer.ini it was given.
+#[derive(Debug)]
+pub struct AnchorRefused {
+    pub log: String,
+    pub ini: String,
+}
+
 pub struct Anchor {
     pub port: u16,
     pub dir: TempDir,
@@ -45,6 +52,23 @@ impl Anchor {
         userlist: &str,
         files: &[(&str, &str)],
     ) -> Option<Anchor> {
+        match Self::try_start_with(extra, databases, userlist, files)? {
+            Ok(a) => Some(a),
+            Err(e) => {
+                eprintln!("SKIP: PgBouncer anchor did not start; its log:\n{}", e.log);
+                None
+            }
+        }
+    }
+
+    /// `start_with` for a configuration PgBouncer may refuse: None when the binary is absent,
+    /// Err with its log and pgbouncer.ini when it exits (or does not listen within 10 s).
+    pub fn try_start_with(
+        extra: &str,
+        databases: &str,
+        userlist: &str,
+        files: &[(&str, &str)],
+    ) -> Option<Result<Anchor, AnchorRefused>> {
         let bin = Self::binary()?;
         let pg = PgCluster::get();
         let dir = tempfile::Builder::new()
@@ -87,14 +111,13 @@ impl Anchor {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(a);
+                return Some(Ok(a));
             }
             if Instant::now() > deadline || a.child.try_wait().ok().flatten().is_some() {
-                eprintln!(
-                    "SKIP: PgBouncer anchor did not start; its log:\n{}",
-                    a.log()
-                );
-                return None;
+                return Some(Err(AnchorRefused {
+                    log: a.log(),
+                    ini: a.config(),
+                }));
             }
             std::thread::sleep(Duration::from_millis(25));
         }

@@ -11,7 +11,7 @@ mod runners;
 mod sluice_proc;
 mod util;
 
-pub use anchor::Anchor;
+pub use anchor::{Anchor, AnchorRefused};
 pub use cluster::PgCluster;
 pub use console::{Console, ConsoleResult};
 pub use metrics::{http_get, metrics, sample, workers_now};

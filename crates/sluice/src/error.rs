@@ -62,7 +62,6 @@ pub mod sqlstate {
     pub const QUERY_CANCELED: &str = "57014";
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
     pub const CONFIG_ERROR: &str = "F0000";
-    pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "25P03";
 }
 
 /// Failures talking to a PostgreSQL server.
@@ -78,6 +77,10 @@ pub enum ServerError {
     Login(Box<ErrorFields>),
     #[error("{0}")]
     Auth(String),
+    /// The stored secret cannot answer the server's method; the client is told PgBouncer's words,
+    /// the log has the reason.
+    #[error("server login failed: wrong password type ({0})")]
+    WrongPasswordType(&'static str),
     #[error("server closed the connection unexpectedly")]
     Closed,
     #[error("unexpected message from server: {0}")]
@@ -94,6 +97,10 @@ impl ServerError {
         match self {
             ServerError::Login(f) | ServerError::Query(f) => ClientNotice::forwarded((**f).clone()),
             ServerError::Auth(msg) => ClientNotice::new(sqlstate::INVALID_PASSWORD, msg.clone()),
+            ServerError::WrongPasswordType(_) => ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                "server login failed: wrong password type",
+            ),
             other => ClientNotice::new(
                 sqlstate::CONNECTION_FAILURE,
                 format!("pooler error: {other}"),
@@ -106,7 +113,7 @@ impl ServerError {
     pub fn is_login_rejection(&self) -> bool {
         match self {
             ServerError::Login(f) => f.code != sqlstate::CANNOT_CONNECT_NOW,
-            ServerError::Auth(_) | ServerError::Tls(_) => true,
+            ServerError::Auth(_) | ServerError::WrongPasswordType(_) | ServerError::Tls(_) => true,
             _ => false,
         }
     }

@@ -205,11 +205,8 @@ async fn find_secret(
     match Box::pin(query::lookup(app, &scope, req.user)).await {
         Ok(s) => Ok((s, true)),
         Err(e) => Err(Failure {
-            end: EndReason::Error(ClientNotice::new(
-                sqlstate::CONNECTION_FAILURE,
-                format!("authentication lookup failed: {e}"),
-            )),
-            detail: None,
+            end: EndReason::Error(e.client_notice()),
+            detail: Some(e.to_string()),
         }),
     }
 }
@@ -247,7 +244,11 @@ async fn plain(
     let body = exchange(client).await?;
     let password = decode_password(&body).map_err(|_| auth_failed(user))?;
     if password.is_empty() {
-        return Err(auth_failed(user));
+        // PgBouncer's answer, the same for every user name.
+        return Err(EndReason::Error(ClientNotice::new(
+            sqlstate::PROTOCOL_VIOLATION,
+            "empty password returned by client",
+        )));
     }
     let ok = match &secret {
         Some(StoredSecret::Plain(p)) => constant_time_eq(p.as_bytes(), password.as_bytes()),

@@ -10,8 +10,11 @@
 //! Cache: a found secret is kept per (auth database, auth_user, auth_query, user) until RELOAD,
 //! so a changed password in PostgreSQL is seen after the next RELOAD (or restart). Users that are
 //! not found (no row, NULL or empty secret) are not cached: they are asked for again at each login
-//! and get the mock exchange. Errors (server down, query error) fail the login with a clear
-//! message, bounded by server_connect_timeout.
+//! and get the mock exchange. Errors fail the login as PgBouncer 1.25 fails it: a server for the
+//! query is waited for up to query_wait_timeout, the query itself up to server_connect_timeout; a
+//! query error or a missing auth_dbname is `bouncer config error` to the
+//! client (the cause in the log), a disabled auth database is named, a refused login of auth_user
+//! is the server's own answer (`tests/tests/parity/auth_query.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,7 +29,7 @@ use sluice_protocol::{
 use tokio::io::AsyncWriteExt;
 
 use crate::app::App;
-use crate::error::ServerError;
+use crate::error::{sqlstate, ClientNotice, ServerError};
 use crate::pool::Pool;
 use crate::server::{query, ServerConn};
 use crate::targets;
@@ -34,21 +37,41 @@ use crate::targets;
 /// Most cached secrets.
 const CACHE_CAPACITY: usize = 10_000;
 
-/// Why an auth_query lookup failed (the client's login fails with this text).
+/// Why an auth_query lookup failed. The text is for the log; `client_notice` is what the client
+/// is told, in PgBouncer 1.25's words (a broken auth_query or auth_dbname is "bouncer config
+/// error" to the client, the cause in the log only).
 #[derive(Debug, thiserror::Error)]
 pub enum AuthQueryError {
-    #[error("auth_dbname \"{0}\" is not a configured database")]
+    #[error("authentication database \"{0}\" is not configured")]
     NoAuthDatabase(String),
+    #[error("authentication database \"{0}\" is disabled")]
+    AuthDatabaseDisabled(String),
     #[error(
-        "could not get a server connection for auth_user \"{user}\" on database \"{db}\": {reason}"
+        "could not get a server connection for auth_user \"{user}\" on database \"{db}\": {}",
+        .notice.message
     )]
     NoServer {
         user: String,
         db: String,
-        reason: String,
+        /// What the client is told (the server's own answer where it refused auth_user's login).
+        notice: Box<ClientNotice>,
     },
-    #[error("auth_query failed: {0}")]
+    #[error("error in auth_query: {0}")]
     Query(String),
+}
+
+impl AuthQueryError {
+    pub fn client_notice(&self) -> ClientNotice {
+        match self {
+            AuthQueryError::NoAuthDatabase(_) | AuthQueryError::Query(_) => {
+                ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "bouncer config error")
+            }
+            AuthQueryError::AuthDatabaseDisabled(_) => {
+                ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, self.to_string())
+            }
+            AuthQueryError::NoServer { notice, .. } => (**notice).clone(),
+        }
+    }
 }
 
 /// Which auth_user/auth_query/auth database apply to a client's database.
@@ -127,6 +150,11 @@ pub async fn lookup(
     scope: &AuthScope,
     user: &str,
 ) -> Result<Option<StoredSecret>, AuthQueryError> {
+    // A disabled auth database serves no lookups, not even from the cache (as PgBouncer, which
+    // runs auth_query at every login of such a user).
+    if app.control.db_disabled(&scope.auth_db) {
+        return Err(AuthQueryError::AuthDatabaseDisabled(scope.auth_db.clone()));
+    }
     if let Some(s) = app.auth_query_cache.get(scope, user) {
         return Ok(Some(s));
     }
@@ -138,16 +166,18 @@ pub async fn lookup(
         .as_duration()
         .unwrap_or(Duration::from_secs(15))
         .max(Duration::from_secs(1));
-    let no_server = |reason: String| AuthQueryError::NoServer {
+    let no_server = |notice: ClientNotice| AuthQueryError::NoServer {
         user: scope.auth_user.clone(),
         db: scope.auth_db.clone(),
-        reason,
+        notice: Box::new(notice),
     };
-    let mut server = match tokio::time::timeout(limit, pool.checkout()).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(no_server(e.to_string())),
-        Err(_) => return Err(no_server("timed out".to_string())),
-    };
+    // The lookup waits for a server as a client's query does: up to query_wait_timeout, then
+    // PgBouncer's `query_wait_timeout`; a refused login of auth_user reaches the client as the
+    // server said it.
+    let mut server = pool
+        .checkout()
+        .await
+        .map_err(|e| no_server(e.client_notice()))?;
     let max = pool.settings().connect.max_packet_size;
     let result = tokio::time::timeout(limit, run(&mut server, &scope.query, user, max)).await;
     let found = match result {
@@ -158,7 +188,12 @@ pub async fn lookup(
         Ok(Err(ServerError::Query(f))) => {
             // The server is still in sync after an SQL error.
             pool.release(server, true);
-            return Err(AuthQueryError::Query(f.message));
+            // "ERROR: column ... does not exist", as PgBouncer logs it.
+            return Err(AuthQueryError::Query(if f.severity.is_empty() {
+                f.message
+            } else {
+                format!("{}: {}", f.severity, f.message)
+            }));
         }
         Ok(Err(e)) => {
             pool.discard(server);

@@ -124,12 +124,9 @@ pub enum Timeout {
 }
 
 impl Timeout {
+    /// 08P01 for each, as PgBouncer 1.25 (`tests/tests/parity/error_texts.rs`).
     pub fn sqlstate(self) -> &'static str {
-        match self {
-            Timeout::Query => sqlstate::QUERY_CANCELED,
-            Timeout::IdleTransaction => sqlstate::IDLE_IN_TRANSACTION_TIMEOUT,
-            Timeout::Transaction | Timeout::ClientIdle => sqlstate::PROTOCOL_VIOLATION,
-        }
+        sqlstate::PROTOCOL_VIOLATION
     }
 
     pub fn text(self) -> &'static str {

@@ -95,9 +95,9 @@ fn answer_auth(
         Authentication::CleartextPassword => match &target.secret {
             Some(StoredSecret::Plain(p)) => encode_password(p, out),
             Some(_) => {
-                return Err(ServerError::Auth(wrong_type(
+                return Err(ServerError::WrongPasswordType(
                     "server asks for a cleartext password but only a hashed secret is known",
-                )))
+                ))
             }
             None => return Err(missing()),
         },
@@ -106,9 +106,9 @@ fn answer_auth(
                 Some(StoredSecret::Plain(p)) => md5_secret(&target.user, p),
                 Some(StoredSecret::Md5(s)) => s.clone(),
                 Some(StoredSecret::Scram(_)) => {
-                    return Err(ServerError::Auth(wrong_type(
+                    return Err(ServerError::WrongPasswordType(
                         "server asks for md5 but the stored secret is SCRAM",
-                    )))
+                    ))
                 }
                 None => return Err(missing()),
             };
@@ -124,13 +124,13 @@ fn answer_auth(
             let credential = match (&target.secret, keys) {
                 (Some(StoredSecret::Plain(p)), _) => ScramCredential::Password(p.clone()),
                 (Some(StoredSecret::Scram(_)), Some(k)) => ScramCredential::Keys(k.clone()),
-                (Some(StoredSecret::Scram(_)), None) => return Err(ServerError::Auth(wrong_type(
+                (Some(StoredSecret::Scram(_)), None) => return Err(ServerError::WrongPasswordType(
                     "password is SCRAM secret but client authentication did not provide SCRAM keys",
-                ))),
+                )),
                 (Some(StoredSecret::Md5(_)), _) => {
-                    return Err(ServerError::Auth(wrong_type(
+                    return Err(ServerError::WrongPasswordType(
                         "server asks for SCRAM but the stored secret is md5",
-                    )))
+                    ))
                 }
                 (None, _) => return Err(missing()),
             };
@@ -161,9 +161,4 @@ fn answer_auth(
         }
     }
     Ok(())
-}
-
-/// PgBouncer's wording ("server login failed: wrong password type") with the reason appended.
-fn wrong_type(why: &str) -> String {
-    format!("server login failed: wrong password type ({why})")
 }
