@@ -28,12 +28,13 @@ pub struct ClientConn {
     pub wbuf: BytesMut,
     pub peer: PeerAddr,
     /// Database and user once the startup packet named them, for log lines (see `label`).
-    pub names: Option<(String, String)>,
+    /// Boxed, as `tls`: every client's task holds this struct for its whole life.
+    pub names: Option<Box<(String, String)>>,
     /// SUSPEND: where the idle loop and the relay stop reading (carried here so that the relay
     /// reaches it without another argument).
     pub suspend: Arc<SuspendGate>,
-    /// TLS facts of this connection (plaintext: `is_tls` false), for auth and HBA rules.
-    pub tls: TlsFacts,
+    /// TLS facts of this connection (None: plaintext), for auth and HBA rules.
+    pub tls: Option<Box<TlsFacts>>,
 }
 
 impl ClientConn {
@@ -51,7 +52,7 @@ impl ClientConn {
             peer,
             names: None,
             suspend,
-            tls: TlsFacts::default(),
+            tls: None,
         }
     }
 
@@ -100,7 +101,7 @@ pub struct Label<'a>(&'a ClientConn);
 
 impl fmt::Display for Label<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0.names {
+        match self.0.names.as_deref() {
             Some((database, user)) => write!(f, "{database}/{user}@{}", self.0.peer),
             None => write!(f, "@{}", self.0.peer),
         }
@@ -121,7 +122,6 @@ pub enum EndReason {
 /// What the rest of the pooler may know about a client connection's TLS (auth, HBA rules).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsFacts {
-    pub is_tls: bool,
     /// Subject CN of the client certificate, when one was presented and verified.
     pub peer_cert_cn: Option<String>,
     /// tls-server-end-point data of our certificate, for SCRAM-SHA-256-PLUS.

@@ -244,8 +244,8 @@ async fn login_phase(
     let login = Box::pin(async {
         let info = match startup::read_startup(app, client).await {
             Ok(startup::Startup::Login(info)) => {
-                if client.tls.is_tls {
-                    let _ = entry.tls.set(client.tls.description.clone());
+                if let Some(tls) = client.tls.as_deref() {
+                    let _ = entry.tls.set(tls.description.clone());
                 }
                 info
             }

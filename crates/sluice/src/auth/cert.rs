@@ -17,10 +17,10 @@ pub fn method(client: &ClientConn, user: &str) -> Method {
             format!("certificate authentication failed: {why}"),
         )
     };
-    if !client.tls.is_tls {
+    let Some(tls) = client.tls.as_deref() else {
         return refuse("connection is not TLS".into());
-    }
-    match client.tls.peer_cert_cn.as_deref() {
+    };
+    match tls.peer_cert_cn.as_deref() {
         None => refuse("no verified client certificate with a common name".into()),
         Some(cn) if cn == user => Method::Identified("certificate"),
         Some(cn) => refuse(format!(

@@ -98,7 +98,11 @@ pub async fn authenticate(
             format!("auth_type {other} is not supported"),
         ),
     };
-    match run(app, client, req, method).await {
+    let outcome = match Exchange::of(method) {
+        Ok(exchange) => run(app, client, req, exchange).await,
+        Err(refused) => Err(*refused),
+    };
+    match outcome {
         Ok(a) => {
             encode_auth_ok(&mut client.wbuf);
             Ok(a)
@@ -118,20 +122,45 @@ pub async fn authenticate(
     }
 }
 
+/// A `Method` that runs an exchange: small and `Copy`, so that a login waiting for its client's
+/// password does not keep a refusal's text in its state.
+#[derive(Debug, Clone, Copy)]
+enum Exchange {
+    Any,
+    Trust,
+    Plain,
+    Md5,
+    Scram,
+    Identified(&'static str),
+}
+
+impl Exchange {
+    fn of(method: Method) -> Result<Exchange, Box<Failure>> {
+        Ok(match method {
+            Method::Any => Exchange::Any,
+            Method::Trust => Exchange::Trust,
+            Method::Plain => Exchange::Plain,
+            Method::Md5 => Exchange::Md5,
+            Method::Scram => Exchange::Scram,
+            Method::Identified(how) => Exchange::Identified(how),
+            Method::Refuse(notice, why) => {
+                return Err(Box::new(Failure {
+                    end: EndReason::Error(notice),
+                    detail: Some(why),
+                }))
+            }
+        })
+    }
+}
+
 async fn run(
     app: &Arc<App>,
     client: &mut ClientConn,
     req: &AuthRequest<'_>,
-    method: Method,
+    method: Exchange,
 ) -> Result<Authenticated, Failure> {
     let user = req.user;
-    if let Method::Refuse(notice, why) = method {
-        return Err(Failure {
-            end: EndReason::Error(notice),
-            detail: Some(why),
-        });
-    }
-    if let Method::Any = method {
+    if let Exchange::Any = method {
         return Ok(Authenticated {
             secret: app.credentials.lookup(user),
             ..Authenticated::default()
@@ -144,7 +173,7 @@ async fn run(
         from_auth_query,
     };
     let mut done = match method {
-        Method::Trust => match secret {
+        Exchange::Trust => match secret {
             Some(s) => Ok(known(Some(s))),
             // PgBouncer's words for a trust login of a user the auth file does not list.
             None => Err(EndReason::Error(ClientNotice::new(
@@ -152,7 +181,7 @@ async fn run(
                 "\"trust\" authentication failed",
             ))),
         },
-        Method::Identified(how) => match secret {
+        Exchange::Identified(how) => match secret {
             Some(s) => Ok(known(Some(s))),
             // PgBouncer refuses peer/cert logins of users it does not know.
             None => Err(EndReason::Error(ClientNotice::new(
@@ -160,12 +189,14 @@ async fn run(
                 format!("{how} authentication failed for user \"{user}\""),
             ))),
         },
-        Method::Plain => plain(app, client, user, secret).await,
-        Method::Md5 => match secret {
+        Exchange::Plain => plain(app, client, user, secret.as_ref()).await,
+        Exchange::Md5 => match secret {
             Some(StoredSecret::Scram(s)) => Box::pin(scram(app, client, user, Some(s), true)).await,
-            other => md5(client, user, other).await,
+            other => md5(client, user, other.as_ref())
+                .await
+                .map(|()| known(other)),
         },
-        Method::Scram => match secret {
+        Exchange::Scram => match secret {
             Some(StoredSecret::Scram(s)) => Box::pin(scram(app, client, user, Some(s), true)).await,
             Some(StoredSecret::Plain(p)) => {
                 let iterations = app.config().settings.scram_iterations;
@@ -179,7 +210,7 @@ async fn run(
                 Box::pin(scram(app, client, user, None, false)).await
             }
         },
-        Method::Any | Method::Refuse(..) => Err(auth_failed(user)),
+        Exchange::Any => Err(auth_failed(user)),
     }?;
     done.from_auth_query = from_auth_query;
     Ok(done)
@@ -238,7 +269,7 @@ async fn plain(
     app: &App,
     client: &mut ClientConn,
     user: &str,
-    secret: Option<StoredSecret>,
+    secret: Option<&StoredSecret>,
 ) -> Result<Authenticated, EndReason> {
     encode_auth_cleartext(&mut client.wbuf);
     let body = exchange(client).await?;
@@ -250,7 +281,7 @@ async fn plain(
             "empty password returned by client",
         )));
     }
-    let ok = match &secret {
+    let ok = match secret {
         Some(StoredSecret::Plain(p)) => constant_time_eq(p.as_bytes(), password.as_bytes()),
         Some(StoredSecret::Md5(m)) => {
             constant_time_eq(m.as_bytes(), md5_secret(user, password).as_bytes())
@@ -274,26 +305,24 @@ async fn plain(
     })
 }
 
+/// An md5 exchange against `secret` (borrowed: the caller keeps it for the login).
 async fn md5(
     client: &mut ClientConn,
     user: &str,
-    secret: Option<StoredSecret>,
-) -> Result<Authenticated, EndReason> {
+    secret: Option<&StoredSecret>,
+) -> Result<(), EndReason> {
     let mut salt = [0u8; 4];
     rand::thread_rng().fill_bytes(&mut salt);
     encode_auth_md5(salt, &mut client.wbuf);
     let body = exchange(client).await?;
     let response = decode_password(&body).map_err(|_| auth_failed(user))?;
-    let stored = match &secret {
+    let stored = match secret {
         Some(StoredSecret::Plain(p)) if !p.is_empty() => Some(Cow::Owned(md5_secret(user, p))),
         Some(StoredSecret::Md5(m)) => Some(Cow::Borrowed(m.as_str())),
         _ => None,
     };
     match stored {
-        Some(m) if md5_verify(&m, salt, response) => Ok(Authenticated {
-            secret,
-            ..Authenticated::default()
-        }),
+        Some(m) if md5_verify(&m, salt, response) => Ok(()),
         _ => Err(auth_failed(user)),
     }
 }
@@ -314,7 +343,7 @@ async fn scram(
     rand::thread_rng().fill_bytes(&mut nonce);
     let mut server = ScramServer::new(secret.clone(), nonce);
     // Over TLS, SCRAM-SHA-256-PLUS is offered, bound to our certificate (tls-server-end-point).
-    if let Some(end_point) = client.tls.channel_binding.clone() {
+    if let Some(end_point) = client.tls.as_ref().and_then(|t| t.channel_binding.clone()) {
         server = server.with_channel_binding(end_point);
     }
     encode_auth_sasl(server.mechanisms(), &mut client.wbuf);

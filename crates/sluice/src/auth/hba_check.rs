@@ -56,7 +56,10 @@ pub fn hba_method(app: &App, client: &ClientConn, user: &str, database: &str) ->
         ClientAddr::Unix => peer_os_user(&client.stream),
         ClientAddr::Ip(_) => None,
     };
-    let (is_tls, cert_cn) = (client.tls.is_tls, client.tls.peer_cert_cn.as_deref());
+    let (is_tls, cert_cn) = match client.tls.as_deref() {
+        Some(t) => (true, t.peer_cert_cn.as_deref()),
+        None => (false, None),
+    };
     let req = HbaRequest {
         addr,
         is_tls,

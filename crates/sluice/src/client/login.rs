@@ -145,8 +145,8 @@ pub fn login<'a>(
                 client.label(),
                 info.database,
                 info.user,
-                if client.tls.is_tls {
-                    client.tls.description.as_str()
+                if let Some(tls) = client.tls.as_deref() {
+                    tls.description.as_str()
                 } else {
                     "no"
                 }

@@ -129,7 +129,6 @@ impl ClientTls {
             return Err(HandshakeError::NoAlpn);
         }
         let facts = TlsFacts {
-            is_tls: true,
             peer_cert_cn: conn
                 .peer_certificates()
                 .and_then(|c| c.first())

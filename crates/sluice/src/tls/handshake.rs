@@ -46,7 +46,7 @@ pub async fn upgrade(
                 client.label(),
                 facts.description
             );
-            client.tls = facts;
+            client.tls = Some(Box::new(facts));
             Ok(())
         }
         Err(e) => {
