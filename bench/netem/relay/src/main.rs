@@ -9,7 +9,8 @@
 //! LISTEN and TARGET are ip:port. Each read from a client is released to the target after a
 //! normal(delay, jitter) draw (cut at zero), never before the bytes read before it (TCP delivers
 //! in order); replies go back at once unless --both, which delays them too (netem on both ends of
-//! the veth pair). One thread (epoll and a timerfd with 1 ns timer slack). Not part of Sluice.
+//! the veth pair). One thread (epoll_pwait2's nanosecond timeout, 1 ns timer slack). Not part of
+//! Sluice.
 
 mod delay;
 mod relay;

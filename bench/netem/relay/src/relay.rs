@@ -1,18 +1,17 @@
-//! The event loop: one thread, level-triggered epoll, a timerfd for the next release. Each
+//! The event loop: one thread, level-triggered epoll whose timeout is the next release. Each
 //! accepted client gets its own connection to the target; bytes read from either side are queued
 //! with a release time and written to the other side once it has passed (at once for a direction
 //! that is not delayed). End of stream travels the same way (a shutdown of the write side at its
 //! release time), so a connection closes only after both directions have been relayed.
 
 use crate::delay::Delay;
-use crate::sys::{mono_ns, Epoll, Timer};
+use crate::sys::{mono_ns, Epoll};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 
-const TIMER: u64 = u64::MAX;
 const LISTENER: u64 = 1 << 62;
 /// Bytes queued in one direction before the relay stops reading that side.
 const QUEUE_CAP: usize = 1 << 20;
@@ -54,8 +53,6 @@ struct Conn {
 
 pub struct Relay {
     epoll: Epoll,
-    timer: Timer,
-    armed: Option<u64>,
     listeners: Vec<(TcpListener, SocketAddr)>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
@@ -73,16 +70,12 @@ impl Relay {
         delayed: [bool; 2],
     ) -> io::Result<Self> {
         let epoll = Epoll::new()?;
-        let timer = Timer::new()?;
-        epoll.add(timer.fd(), IN, TIMER)?;
         for (i, (l, _)) in listeners.iter().enumerate() {
             l.set_nonblocking(true)?;
             epoll.add(l.as_raw_fd(), IN, LISTENER | i as u64)?;
         }
         Ok(Relay {
             epoll,
-            timer,
-            armed: None,
             listeners,
             conns: Vec::new(),
             free: Vec::new(),
@@ -96,24 +89,20 @@ impl Relay {
     pub fn run(&mut self) -> io::Result<()> {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
         loop {
-            let n = self.epoll.wait(&mut events)?;
+            let timeout = self
+                .due
+                .peek()
+                .map(|&Reverse((at, _, _))| at.saturating_sub(mono_ns()));
+            let n = self.epoll.wait(&mut events, timeout)?;
             for ev in &events[..n] {
                 let (token, bits) = (ev.u64, ev.events);
-                if token == TIMER {
-                    self.timer.clear();
-                } else if token & LISTENER != 0 {
+                if token & LISTENER != 0 {
                     self.accept((token & !LISTENER) as usize);
                 } else {
                     self.on_socket((token >> 1) as usize, (token & 1) as usize, bits);
                 }
             }
             self.release_due();
-            if let Some(&Reverse((at, _, _))) = self.due.peek() {
-                if self.armed != Some(at) {
-                    self.timer.arm_at(at)?;
-                    self.armed = Some(at);
-                }
-            }
         }
     }
 
@@ -184,7 +173,7 @@ impl Relay {
         self.update_interest(id);
     }
 
-    /// Reads side `d` into direction d's queue until EAGAIN, end of stream or a full queue.
+    /// Reads side `d` into direction d's queue until it is empty, at its end or the queue is full.
     fn read(&mut self, id: usize, d: usize) {
         loop {
             let Some(conn) = self.conns[id].as_mut() else {
@@ -194,14 +183,19 @@ impl Relay {
             if dir.eof_read || dir.queued >= QUEUE_CAP {
                 break;
             }
-            let data = match (&conn.sides[d].stream).read(&mut self.buf) {
-                Ok(0) => Vec::new(),
-                Ok(n) => self.buf[..n].to_vec(),
+            let (data, more) = match (&conn.sides[d].stream).read(&mut self.buf) {
+                Ok(0) => (Vec::new(), false),
+                Ok(n) => (self.buf[..n].to_vec(), n == self.buf.len()),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => return self.close(id),
             };
             self.enqueue(id, d, data);
+            // A short read emptied the socket: the next read would only say EAGAIN (epoll is
+            // level-triggered and reports whatever arrives later), a system call per message saved.
+            if !more {
+                break;
+            }
         }
         if !self.delayed[d] {
             self.flush(id, d);

@@ -1,8 +1,9 @@
-//! The few system calls std does not wrap: epoll, a timerfd on CLOCK_MONOTONIC with nanosecond
-//! deadlines, the thread's timer slack, and a listen backlog above std's 128.
+//! The few system calls std does not wrap: epoll (with a nanosecond timeout), CLOCK_MONOTONIC,
+//! the thread's timer slack, and a listen backlog above std's 128.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     if rc < 0 {
@@ -12,7 +13,7 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds (the timerfd's clock).
+/// CLOCK_MONOTONIC in nanoseconds.
 pub fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -64,16 +65,46 @@ impl Epoll {
         self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
     }
 
-    /// Waits without a timeout (the timerfd wakes it); EINTR counts as no events.
-    pub fn wait(&self, events: &mut [libc::epoll_event]) -> io::Result<usize> {
-        // SAFETY: events is a valid buffer of events.len() entries.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.0.as_raw_fd(),
-                events.as_mut_ptr(),
-                events.len() as libc::c_int,
-                -1,
-            )
+    /// Waits at most `timeout_ns` (None: until an event), with nanosecond resolution
+    /// (epoll_pwait2, Linux 5.11; older kernels get epoll_wait rounded up to whole milliseconds).
+    /// EINTR counts as no events.
+    pub fn wait(
+        &self,
+        events: &mut [libc::epoll_event],
+        timeout_ns: Option<u64>,
+    ) -> io::Result<usize> {
+        let (ep, buf, max) = (
+            self.0.as_raw_fd(),
+            events.as_mut_ptr(),
+            events.len() as libc::c_int,
+        );
+        let ts = timeout_ns.map(|ns| libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        });
+        let n = if PWAIT2_MISSING.load(Ordering::Relaxed) {
+            -1
+        } else {
+            let tsp = ts
+                .as_ref()
+                .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: buf holds max entries; tsp is null or points at ts, alive for the call.
+            unsafe { libc::epoll_pwait2(ep, buf, max, tsp, std::ptr::null()) }
+        };
+        let n = if n < 0
+            && (PWAIT2_MISSING.load(Ordering::Relaxed)
+                || io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
+        {
+            if !PWAIT2_MISSING.swap(true, Ordering::Relaxed) {
+                eprintln!("delay-relay: no epoll_pwait2 (Linux < 5.11): delays round up to whole milliseconds");
+            }
+            let ms = timeout_ns.map_or(-1, |ns| {
+                ns.div_ceil(1_000_000).min(i32::MAX as u64) as libc::c_int
+            });
+            // SAFETY: buf holds max entries.
+            unsafe { libc::epoll_wait(ep, buf, max, ms) }
+        } else {
+            n
         };
         match check(n) {
             Ok(n) => Ok(n as usize),
@@ -83,54 +114,5 @@ impl Epoll {
     }
 }
 
-pub struct Timer(OwnedFd);
-
-impl Timer {
-    pub fn new() -> io::Result<Self> {
-        // SAFETY: timerfd_create returns a new descriptor that we own.
-        let fd = check(unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        })?;
-        // SAFETY: fd is a fresh descriptor owned by nobody else.
-        Ok(Timer(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-
-    pub fn fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-
-    /// Fires once at `at_ns` on CLOCK_MONOTONIC (at once if that is past).
-    pub fn arm_at(&self, at_ns: u64) -> io::Result<()> {
-        let at = libc::timespec {
-            tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (at_ns % 1_000_000_000).max(1) as libc::c_long,
-        };
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: at,
-        };
-        // SAFETY: spec is valid; a null old value is allowed.
-        check(unsafe {
-            libc::timerfd_settime(
-                self.fd(),
-                libc::TFD_TIMER_ABSTIME,
-                &spec,
-                std::ptr::null_mut(),
-            )
-        })
-        .map(drop)
-    }
-
-    /// Consumes the expiry count so that the descriptor stops being readable.
-    pub fn clear(&self) {
-        let mut n = 0u64;
-        // SAFETY: reads at most 8 bytes into n; EAGAIN (not expired) is fine to ignore.
-        unsafe { libc::read(self.fd(), (&mut n as *mut u64).cast(), 8) };
-    }
-}
+/// Set once epoll_pwait2 said ENOSYS.
+static PWAIT2_MISSING: AtomicBool = AtomicBool::new(false);
