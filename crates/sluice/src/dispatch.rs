@@ -194,7 +194,9 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
 enum LoggedIn {
     /// Boxed: it lives as long as the client and is much larger than the admin variant.
     Pool(Box<session::Session>),
-    Admin(startup::StartupInfo, crate::admin::Access),
+    /// The startup info boxed: this enum sits in the login phase's state, which every login
+    /// in flight holds.
+    Admin(Box<startup::StartupInfo>, crate::admin::Access),
 }
 
 async fn run(
@@ -256,7 +258,7 @@ async fn login_phase(
         if info.database == crate::admin::ADMIN_DB {
             // Boxed: the console's login state would size every pool login for it.
             let access = Box::pin(crate::admin::session::login(app, client, &info)).await?;
-            return Ok(LoggedIn::Admin(info, access));
+            return Ok(LoggedIn::Admin(Box::new(info), access));
         }
         if count > cfg.settings.max_client_conn as usize && cfg.settings.max_client_conn != 0 {
             return Err(EndReason::Error(ClientNotice::new(

@@ -35,77 +35,82 @@ pub fn login<'a>(
 ) -> impl std::future::Future<Output = Result<Session, EndReason>> + Send + 'a {
     async move {
         let cfg = app.config();
-        let db = targets::find_database(&cfg, &info.database);
-        // Authenticate before revealing whether the database exists.
-        let req = AuthRequest {
-            user: &info.user,
-            database: &info.database,
-            db: db.as_deref(),
-        };
-        let auth = authenticate(app, client, &req).await?;
-        let Some(db) = db else {
-            return Err(EndReason::Error(ClientNotice::new(
-                sqlstate::PROTOCOL_VIOLATION,
-                format!("no such database: {}", info.database),
-            )));
-        };
-        if app.control.db_disabled(&info.database) {
-            return Err(EndReason::Error(ClientNotice::new(
-                sqlstate::PROTOCOL_VIOLATION,
-                format!("database \"{}\" is disabled", info.database),
-            )));
-        }
-        if cfg.settings.auth_type == AuthType::Any && db.user.is_none() {
-            return Err(EndReason::Error(ClientNotice::new(
-                sqlstate::CONFIG_ERROR,
-                "bouncer config error: auth_type=any needs a forced user in every [databases] entry",
-            )));
-        }
-        let login_user = db.user.as_deref().unwrap_or(&info.user);
-        // A forced user logs in with its auth_file secret, any other with the client's (borrowed:
-        // copied only into a new pool's settings).
-        let forced_secret;
-        let server_secret = match db.user {
-            Some(_) => {
-                forced_secret = app.credentials.lookup(login_user);
-                forced_secret.as_ref()
+        // In a block: what authenticating and joining the pool needed (the secrets, the db
+        // entry) is dropped here, not kept in this future's state across the awaits below.
+        let (pool, member) = {
+            let db = targets::find_database(&cfg, &info.database);
+            // Authenticate before revealing whether the database exists.
+            let req = AuthRequest {
+                user: &info.user,
+                database: &info.database,
+                db: db.as_deref(),
+            };
+            let auth = authenticate(app, client, &req).await?;
+            let Some(db) = db else {
+                return Err(EndReason::Error(ClientNotice::new(
+                    sqlstate::PROTOCOL_VIOLATION,
+                    format!("no such database: {}", info.database),
+                )));
+            };
+            if app.control.db_disabled(&info.database) {
+                return Err(EndReason::Error(ClientNotice::new(
+                    sqlstate::PROTOCOL_VIOLATION,
+                    format!("database \"{}\" is disabled", info.database),
+                )));
             }
-            None => auth.secret.as_ref(),
-        };
-        let admitted = admit(app, &db, &info.user)?;
-        let pool = loop {
-            let pool = app.pools.get_or_create(&info.database, login_user, || {
-                targets::pool_settings(
-                    &cfg,
-                    &db,
-                    login_user,
-                    server_secret.cloned(),
-                    app.tls.load().server.clone(),
-                    |_| app.pools.current_generation(),
-                )
-            });
-            pool.client_joined();
-            // Freed by autodb_idle_timeout between the two (`Pool::retire_if_unused`): the next
-            // round makes the pool again.
-            if !pool.is_removed() {
-                break pool;
+            if cfg.settings.auth_type == AuthType::Any && db.user.is_none() {
+                return Err(EndReason::Error(ClientNotice::new(
+                    sqlstate::CONFIG_ERROR,
+                    "bouncer config error: auth_type=any needs a forced user in every [databases] entry",
+                )));
             }
-            pool.client_left();
+            let login_user = db.user.as_deref().unwrap_or(&info.user);
+            // A forced user logs in with its auth_file secret, any other with the client's (borrowed:
+            // copied only into a new pool's settings).
+            let forced_secret;
+            let server_secret = match db.user {
+                Some(_) => {
+                    forced_secret = app.credentials.lookup(login_user);
+                    forced_secret.as_ref()
+                }
+                None => auth.secret.as_ref(),
+            };
+            let admitted = admit(app, &db, &info.user)?;
+            let pool = loop {
+                let pool = app.pools.get_or_create(&info.database, login_user, || {
+                    targets::pool_settings(
+                        &cfg,
+                        &db,
+                        login_user,
+                        server_secret.cloned(),
+                        app.tls.load().server.clone(),
+                        |_| app.pools.current_generation(),
+                    )
+                });
+                pool.client_joined();
+                // Freed by autodb_idle_timeout between the two (`Pool::retire_if_unused`): the next
+                // round makes the pool again.
+                if !pool.is_removed() {
+                    break pool;
+                }
+                pool.client_left();
+            };
+            let member = PoolMember {
+                pool: pool.clone(),
+                _admitted: admitted,
+            };
+            if auth.from_auth_query && db.user.is_none() {
+                follow_auth_query_secret(app, &pool, &db, server_secret);
+            }
+            if app.control.db_paused(&info.database) && !pool.is_paused() {
+                pool.set_paused(true);
+            }
+            if let Some(keys) = auth.scram_keys.clone().filter(|_| db.user.is_none()) {
+                pool.set_scram_keys(keys);
+            }
+            PoolStats::add(&pool.stats.client_logins, 1);
+            (pool, member)
         };
-        let member = PoolMember {
-            pool: pool.clone(),
-            _admitted: admitted,
-        };
-        if auth.from_auth_query && db.user.is_none() {
-            follow_auth_query_secret(app, &pool, &db, server_secret);
-        }
-        if app.control.db_paused(&info.database) && !pool.is_paused() {
-            pool.set_paused(true);
-        }
-        if let Some(keys) = auth.scram_keys.clone().filter(|_| db.user.is_none()) {
-            pool.set_scram_keys(keys);
-        }
-        PoolStats::add(&pool.stats.client_logins, 1);
 
         let welcome = match pool.welcome() {
             Some(w) => w,
