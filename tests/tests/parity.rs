@@ -16,6 +16,8 @@ mod client_limits;
 mod config_refusals;
 #[path = "parity/error_texts.rs"]
 mod error_texts;
+#[path = "parity/replication.rs"]
+mod replication;
 #[path = "parity/startup_options.rs"]
 mod startup_options;
 
@@ -67,6 +69,18 @@ const DELIBERATE: &[(&str, &str)] = &[
     (
         "prepared_statement_cache_size at startup",
         "Sluice reads the seed-style key as max_prepared_statements (the log says so); PgBouncer refuses the unknown key",
+    ),
+    (
+        "logical replication without the REPLICATION attribute",
+        "a replication client's server login refused by PostgreSQL: Sluice passes PostgreSQL's error on (42501 ...), as for any server login it refuses; PgBouncer answers 08P01 'login failed'",
+    ),
+    (
+        "physical replication without a pg_hba.conf line",
+        "the same (28000 no pg_hba.conf entry for replication connection ...)",
+    ),
+    (
+        "replication=DATABASE",
+        "a replication value PostgreSQL does not accept is refused as PostgreSQL refuses it (22023 invalid value for parameter \"replication\"); PgBouncer makes such a client an ordinary one, which a replication tool then misreads",
     ),
     (
         "duplicate prepared statement",

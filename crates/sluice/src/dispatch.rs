@@ -195,6 +195,8 @@ enum LoggedIn {
     /// Boxed: it lives as long as the client and is much larger than the admin variant.
     Pool(Box<session::Session>),
     Admin(startup::StartupInfo, crate::admin::Access),
+    /// A replication client: its whole session runs in the login phase, as a console's does.
+    Replication(Box<crate::client::replication::Start>),
 }
 
 async fn run(
@@ -266,7 +268,10 @@ async fn login_phase(
         }
         login::login(app, client, info, entry.clone())
             .await
-            .map(|s| LoggedIn::Pool(Box::new(s)))
+            .map(|j| match j {
+                login::Joined::Pool(s) => LoggedIn::Pool(s),
+                login::Joined::Replication(r) => LoggedIn::Replication(r),
+            })
     });
     let logged_in = tokio::select! {
         r = login => r,
@@ -283,6 +288,9 @@ async fn login_phase(
                 app, client, &info, access, entry,
             ))
             .await,
+        )),
+        Ok(LoggedIn::Replication(start)) => Err(session::Outcome::End(
+            Box::pin(crate::client::replication::run(app, client, entry, start)).await,
         )),
         Err(reason) => Err(session::Outcome::End(reason)),
     }

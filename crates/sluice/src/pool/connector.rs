@@ -23,6 +23,17 @@ pub trait Connector: Send + Sync + 'static {
         opts: ConnectOptions,
     ) -> ConnectFuture;
 
+    /// A server for one client alone (a replication connection): connected and logged in as
+    /// `connect` does, without asking it anything afterwards.
+    fn connect_dedicated(
+        &self,
+        target: Arc<ServerTarget>,
+        keys: Option<ScramKeys>,
+        opts: ConnectOptions,
+    ) -> ConnectFuture {
+        self.connect(target, keys, opts)
+    }
+
     /// What this connector has learned of the servers it connects to (None: it learns nothing).
     fn server_facts(&self) -> Option<&ServerFactsBook> {
         None
@@ -69,6 +80,16 @@ impl Connector for PgConnector {
             }
             Ok(conn)
         })
+    }
+
+    fn connect_dedicated(
+        &self,
+        target: Arc<ServerTarget>,
+        keys: Option<ScramKeys>,
+        opts: ConnectOptions,
+    ) -> ConnectFuture {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts).await })
     }
 
     fn server_facts(&self) -> Option<&ServerFactsBook> {
