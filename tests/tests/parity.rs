@@ -16,6 +16,8 @@ mod client_limits;
 mod config_refusals;
 #[path = "parity/error_texts.rs"]
 mod error_texts;
+#[path = "parity/prepared.rs"]
+mod prepared;
 #[path = "parity/replication.rs"]
 mod replication;
 #[path = "parity/startup_options.rs"]
@@ -84,7 +86,11 @@ const DELIBERATE: &[(&str, &str)] = &[
     ),
     (
         "duplicate prepared statement",
-        "PostgreSQL's SQLSTATE 42P05 and text (PgBouncer: 08P01 'prepared statement name is already in use')",
+        "PostgreSQL's ERROR 42P05 and text, the connection kept (PgBouncer: FATAL 08P01 'prepared statement name is already in use', connection closed)",
+    ),
+    (
+        "prepared statement error: *",
+        "a Bind/Describe of a statement name the client has not prepared (never, or forgotten by its DEALLOCATE ALL / DISCARD ALL) or a Parse of a name in use: PostgreSQL's ERROR (26000 / 42P05, the client's name), the rest of the batch skipped to Sync, an open transaction failed, the connection kept, as on PostgreSQL (PgBouncer: FATAL 08P01 'prepared statement did not exist', connection closed)",
     ),
 ];
 
@@ -141,8 +147,13 @@ fn report(results: &[(String, String, String)]) {
             "{} {case}: PgBouncer {pgb:?} / Sluice {sl:?}",
             if same { "same   " } else { "DIFFERS" }
         );
-        // A DELIBERATE entry `*suffix` covers every case ending in `suffix`.
-        let listed = |c: &str| c == case || c.strip_prefix('*').is_some_and(|s| case.ends_with(s));
+        // A DELIBERATE entry `*suffix` covers every case ending in `suffix`, `prefix*` every case
+        // beginning with `prefix`.
+        let listed = |c: &str| {
+            c == case
+                || c.strip_prefix('*').is_some_and(|s| case.ends_with(s))
+                || c.strip_suffix('*').is_some_and(|p| case.starts_with(p))
+        };
         if !same && !DELIBERATE.iter().any(|(c, _)| listed(c)) {
             differ.push(case.clone());
         }
