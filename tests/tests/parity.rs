@@ -16,6 +16,8 @@ mod client_limits;
 mod config_refusals;
 #[path = "parity/error_texts.rs"]
 mod error_texts;
+#[path = "parity/lifecycle.rs"]
+mod lifecycle;
 #[path = "parity/prepared.rs"]
 mod prepared;
 #[path = "parity/replication.rs"]
@@ -83,6 +85,18 @@ const DELIBERATE: &[(&str, &str)] = &[
     (
         "replication=DATABASE",
         "a replication value PostgreSQL does not accept is refused as PostgreSQL refuses it (22023 invalid value for parameter \"replication\"); PgBouncer makes such a client an ordinary one, which a replication tool then misreads",
+    ),
+    (
+        "WAIT_FOR_SERVERS: the queued client",
+        "a client failed by a shutdown gets PostgreSQL's code for it, 57P01 admin_shutdown ('server shutting down'), which drivers and pools read as 'reconnect elsewhere' (PgBouncer: 08P01, the same text)",
+    ),
+    (
+        "PAUSE, then SHUTDOWN WAIT_FOR_SERVERS: the paused client",
+        "the same: 57P01 'server shutting down' (PgBouncer: 08P01)",
+    ),
+    (
+        "WAIT_FOR_SERVERS: the idle client's query",
+        "an idle client is told at once (FATAL 57P01 'server shutting down') and let go when a safe shutdown starts, as PostgreSQL tells its sessions; PgBouncer tells it at its next query (08P01): either way it runs nothing more",
     ),
     (
         "duplicate prepared statement",
