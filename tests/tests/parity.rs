@@ -275,14 +275,52 @@ async fn the_console_matches_pgbouncer() {
             rb.names().join(","),
         );
     }
+    // A pool client's figures (session mode): three queries, then a transaction of three.
+    for port in [a, b] {
+        let cs = format!("host=127.0.0.1 port={port} user=trust_user dbname=app");
+        let (c, conn) = tokio_postgres::connect(&cs, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        for sql in [
+            "SELECT 1", "SELECT 2", "SELECT 3", "BEGIN", "SELECT 4", "COMMIT",
+        ] {
+            c.simple_query(sql).await.unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (sa, sb) = (
+        ca.query("SHOW STATS").await.unwrap(),
+        cb.query("SHOW STATS").await.unwrap(),
+    );
+    for col in [
+        "total_server_assignment_count",
+        "total_xact_count",
+        "total_query_count",
+        "total_client_login_count",
+    ] {
+        case(
+            &format!("SHOW STATS app row {col}"),
+            sa.get("app", col).unwrap_or_default(),
+            sb.get("app", col).unwrap_or_default(),
+        );
+    }
     // The console's own row in SHOW STATS, after the commands above (the same number on both).
     let sa = ca.query("SHOW STATS").await.unwrap();
     let sb = cb.query("SHOW STATS").await.unwrap();
     for col in [
+        "total_server_assignment_count",
+        "total_xact_count",
         "total_query_count",
         "total_received",
         "total_sent",
+        "total_xact_time",
         "total_query_time",
+        "total_wait_time",
+        "total_client_parse_count",
+        "total_server_parse_count",
+        "total_bind_count",
+        "total_client_login_count",
     ] {
         case(
             &format!("SHOW STATS console row {col}"),

@@ -125,7 +125,7 @@ pub fn login<'a>(
             None => {
                 // A new pool: the first server login provides the parameters every client is greeted with.
                 let server = pool
-                    .checkout()
+                    .checkout_for_pooler()
                     .await
                     .map_err(|e| EndReason::Error(e.client_notice()))?;
                 let welcome = Arc::new(Welcome::new(server.params.clone()));
