@@ -23,12 +23,15 @@ static CLUSTER: OnceLock<PgCluster> = OnceLock::new();
 const HBA: &str = "\
 # TYPE  DATABASE USER        ADDRESS       METHOD
 local   all      all                       trust
+local   replication all                    trust
+host    replication repl_user 127.0.0.1/32 trust
 host    all      postgres    127.0.0.1/32  trust
 host    all      md5_user    127.0.0.1/32  md5
 host    all      scram_user  127.0.0.1/32  scram-sha-256
 host    all      plain_user  127.0.0.1/32  password
 host    all      trust_user  127.0.0.1/32  trust
 host    all      bench_user  127.0.0.1/32  scram-sha-256
+host    all      repl_user   127.0.0.1/32  trust
 host    all      all         127.0.0.1/32  scram-sha-256
 ";
 
@@ -40,6 +43,7 @@ CREATE ROLE scram_user LOGIN PASSWORD 'scram_pass';
 CREATE ROLE plain_user LOGIN PASSWORD 'plain_pass';
 CREATE ROLE trust_user LOGIN;
 CREATE ROLE bench_user LOGIN PASSWORD 'bench_pass';
+CREATE ROLE repl_user LOGIN REPLICATION;
 CREATE DATABASE app OWNER postgres;
 CREATE DATABASE other OWNER postgres;
 GRANT CONNECT, CREATE, TEMPORARY ON DATABASE app TO PUBLIC;
@@ -148,7 +152,8 @@ impl PgCluster {
                 "\n# sluice-e2e\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
                  unix_socket_directories = '{}'\nmax_connections = 200\nfsync = off\n\
                  synchronous_commit = off\nfull_page_writes = off\nshared_buffers = 32MB\n\
-                 log_min_messages = warning\nlog_connections = off\n",
+                 log_min_messages = warning\nlog_connections = off\n\
+                 wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n",
                 socket_dir.display()
             );
             fs::write(data_dir.join("sluice-e2e.conf"), conf).expect("write conf");

@@ -17,6 +17,6 @@ pub use console::{Console, ConsoleResult};
 pub use metrics::{http_get, metrics, sample, workers_now};
 pub use ports::free_port;
 pub use raw::{error_fields, RawConn};
-pub use runners::{pgbench, pgbench_script, psql_cmd};
+pub use runners::{client_bin, pgbench, pgbench_script, psql_cmd};
 pub use sluice_proc::{sluice_bin, Sluice, SluiceBuilder};
 pub use util::raise_own_nofile;

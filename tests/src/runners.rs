@@ -6,8 +6,9 @@ use std::process::{Command, ExitStatus, Stdio};
 use crate::cluster::find_bin_dir;
 use crate::util::which;
 
-/// `name` from PATH, else from the PostgreSQL bin dir.
-fn client_bin(name: &str) -> PathBuf {
+/// `name` (a PostgreSQL client program: pg_basebackup, pg_receivewal...) from PATH, else from
+/// the PostgreSQL bin dir.
+pub fn client_bin(name: &str) -> PathBuf {
     which(name).unwrap_or_else(|| find_bin_dir().join(name))
 }
 

@@ -16,6 +16,12 @@ mod client_limits;
 mod config_refusals;
 #[path = "parity/error_texts.rs"]
 mod error_texts;
+#[path = "parity/lifecycle.rs"]
+mod lifecycle;
+#[path = "parity/prepared.rs"]
+mod prepared;
+#[path = "parity/replication.rs"]
+mod replication;
 #[path = "parity/startup_options.rs"]
 mod startup_options;
 
@@ -69,8 +75,36 @@ const DELIBERATE: &[(&str, &str)] = &[
         "Sluice reads the seed-style key as max_prepared_statements (the log says so); PgBouncer refuses the unknown key",
     ),
     (
+        "logical replication without the REPLICATION attribute",
+        "a replication client's server login refused by PostgreSQL: Sluice passes PostgreSQL's error on (42501 ...), as for any server login it refuses; PgBouncer answers 08P01 'login failed'",
+    ),
+    (
+        "physical replication without a pg_hba.conf line",
+        "the same (28000 no pg_hba.conf entry for replication connection ...)",
+    ),
+    (
+        "replication=DATABASE",
+        "a replication value PostgreSQL does not accept is refused as PostgreSQL refuses it (22023 invalid value for parameter \"replication\"); PgBouncer makes such a client an ordinary one, which a replication tool then misreads",
+    ),
+    (
+        "WAIT_FOR_SERVERS: the queued client",
+        "a client failed by a shutdown gets PostgreSQL's code for it, 57P01 admin_shutdown ('server shutting down'), which drivers and pools read as 'reconnect elsewhere' (PgBouncer: 08P01, the same text)",
+    ),
+    (
+        "PAUSE, then SHUTDOWN WAIT_FOR_SERVERS: the paused client",
+        "the same: 57P01 'server shutting down' (PgBouncer: 08P01)",
+    ),
+    (
+        "WAIT_FOR_SERVERS: the idle client's query",
+        "an idle client is told at once (FATAL 57P01 'server shutting down') and let go when a safe shutdown starts, as PostgreSQL tells its sessions; PgBouncer tells it at its next query (08P01): either way it runs nothing more",
+    ),
+    (
         "duplicate prepared statement",
-        "PostgreSQL's SQLSTATE 42P05 and text (PgBouncer: 08P01 'prepared statement name is already in use')",
+        "PostgreSQL's ERROR 42P05 and text, the connection kept (PgBouncer: FATAL 08P01 'prepared statement name is already in use', connection closed)",
+    ),
+    (
+        "prepared statement error: *",
+        "a Bind/Describe of a statement name the client has not prepared (never, or forgotten by its DEALLOCATE ALL / DISCARD ALL) or a Parse of a name in use: PostgreSQL's ERROR (26000 / 42P05, the client's name), the rest of the batch skipped to Sync, an open transaction failed, the connection kept, as on PostgreSQL (PgBouncer: FATAL 08P01 'prepared statement did not exist', connection closed)",
     ),
 ];
 
@@ -127,8 +161,13 @@ fn report(results: &[(String, String, String)]) {
             "{} {case}: PgBouncer {pgb:?} / Sluice {sl:?}",
             if same { "same   " } else { "DIFFERS" }
         );
-        // A DELIBERATE entry `*suffix` covers every case ending in `suffix`.
-        let listed = |c: &str| c == case || c.strip_prefix('*').is_some_and(|s| case.ends_with(s));
+        // A DELIBERATE entry `*suffix` covers every case ending in `suffix`, `prefix*` every case
+        // beginning with `prefix`.
+        let listed = |c: &str| {
+            c == case
+                || c.strip_prefix('*').is_some_and(|s| case.ends_with(s))
+                || c.strip_suffix('*').is_some_and(|p| case.starts_with(p))
+        };
         if !same && !DELIBERATE.iter().any(|(c, _)| listed(c)) {
             differ.push(case.clone());
         }
@@ -236,14 +275,52 @@ async fn the_console_matches_pgbouncer() {
             rb.names().join(","),
         );
     }
+    // A pool client's figures (session mode): three queries, then a transaction of three.
+    for port in [a, b] {
+        let cs = format!("host=127.0.0.1 port={port} user=trust_user dbname=app");
+        let (c, conn) = tokio_postgres::connect(&cs, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        for sql in [
+            "SELECT 1", "SELECT 2", "SELECT 3", "BEGIN", "SELECT 4", "COMMIT",
+        ] {
+            c.simple_query(sql).await.unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (sa, sb) = (
+        ca.query("SHOW STATS").await.unwrap(),
+        cb.query("SHOW STATS").await.unwrap(),
+    );
+    for col in [
+        "total_server_assignment_count",
+        "total_xact_count",
+        "total_query_count",
+        "total_client_login_count",
+    ] {
+        case(
+            &format!("SHOW STATS app row {col}"),
+            sa.get("app", col).unwrap_or_default(),
+            sb.get("app", col).unwrap_or_default(),
+        );
+    }
     // The console's own row in SHOW STATS, after the commands above (the same number on both).
     let sa = ca.query("SHOW STATS").await.unwrap();
     let sb = cb.query("SHOW STATS").await.unwrap();
     for col in [
+        "total_server_assignment_count",
+        "total_xact_count",
         "total_query_count",
         "total_received",
         "total_sent",
+        "total_xact_time",
         "total_query_time",
+        "total_wait_time",
+        "total_client_parse_count",
+        "total_server_parse_count",
+        "total_bind_count",
+        "total_client_login_count",
     ] {
         case(
             &format!("SHOW STATS console row {col}"),

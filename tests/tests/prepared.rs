@@ -256,17 +256,21 @@ async fn an_error_mid_batch_skips_to_sync_and_forgets_the_failed_statement() {
         .concat(),
     )
     .await;
-    let got = c.read_until_close(WAIT).await;
-    let closed = got.1;
-    let bytes = got.0;
-    assert!(
-        closed,
-        "an unknown statement name ends the session like PgBouncer"
+    // As on PostgreSQL: ParseComplete, the ERROR, ReadyForQuery; the connection stays.
+    let got = read_until(&mut c, b'Z').await;
+    assert_eq!(tags(&got), "1EZ");
+    let f = error_fields(&got[1].1);
+    assert_eq!(
+        (f[&b'S'].as_str(), f[&b'C'].as_str(), f[&b'M'].as_str()),
+        (
+            "ERROR",
+            "26000",
+            "prepared statement \"nope_unnamed_ok\" does not exist"
+        )
     );
-    assert!(
-        bytes.windows(5).any(|w| w == b"26000"),
-        "26000 reported: {bytes:?}"
-    );
+    c.send(&[bind("good2"), execute(), sync()].concat()).await;
+    let got = read_until(&mut c, b'Z').await;
+    assert_eq!(tags(&got), "2DCZ");
 }
 
 #[tokio::test]
@@ -292,12 +296,16 @@ async fn a_duplicate_statement_name_is_refused() {
     c.send(&[parse("dup", "SELECT 1"), sync()].concat()).await;
     assert_eq!(tags(&read_until(&mut c, b'Z').await), "1Z");
     c.send(&[parse("dup", "SELECT 2"), sync()].concat()).await;
-    let (bytes, closed) = c.read_until_close(WAIT).await;
-    assert!(closed);
-    assert!(
-        bytes.windows(5).any(|w| w == b"42P05"),
-        "42P05 reported: {bytes:?}"
+    // PostgreSQL's answer, and the connection stays; the name keeps its first statement.
+    let got = read_until(&mut c, b'Z').await;
+    assert_eq!(tags(&got), "EZ");
+    let f = error_fields(&got[0].1);
+    assert_eq!(
+        (f[&b'C'].as_str(), f[&b'M'].as_str()),
+        ("42P05", "prepared statement \"dup\" already exists")
     );
+    c.send(&[bind("dup"), execute(), sync()].concat()).await;
+    assert_eq!(first_value(&read_until(&mut c, b'Z').await), "1");
 }
 
 #[tokio::test]
@@ -306,16 +314,13 @@ async fn a_bind_naming_no_statement_in_bytes_that_are_not_utf8_is_refused() {
     let mut c = raw_login(&s).await;
     let bad = msg(b'B', &[b"\0", &[0xff, 0xfe], b"\0", &[0, 0, 0, 0, 0, 0]]);
     c.send(&[bad, execute(), sync()].concat()).await;
-    let (bytes, closed) = c.read_until_close(WAIT).await;
-    assert!(closed);
-    assert!(
-        bytes.windows(5).any(|w| w == b"26000"),
-        "26000 reported: {bytes:?}"
-    );
-    let text = String::from_utf8_lossy(&bytes);
-    assert!(
-        text.contains("prepared statement \"\u{fffd}\u{fffd}\" does not exist"),
-        "{text}"
+    let got = read_until(&mut c, b'Z').await;
+    assert_eq!(tags(&got), "EZ");
+    let f = error_fields(&got[0].1);
+    assert_eq!(f[&b'C'], "26000");
+    assert_eq!(
+        f[&b'M'],
+        "prepared statement \"\u{fffd}\u{fffd}\" does not exist"
     );
 }
 

@@ -73,7 +73,9 @@ pub struct App {
     pub tracked: TrackedSet,
     /// Connected clients (all phases), for max_client_conn and WAIT_FOR_CLIENTS.
     pub client_count: AtomicUsize,
-    next_client_id: AtomicU64,
+    /// Client ids: the connector's server id sequence when it has one (ids unique among all
+    /// connections, as PgBouncer's `id` column).
+    next_client_id: Arc<AtomicU64>,
     /// Key for deterministic mock SCRAM salts of unknown users.
     pub mock_key: [u8; 32],
     warned_unsupported: Mutex<HashSet<String>>,
@@ -99,6 +101,9 @@ impl App {
         let mut mock_key = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut mock_key);
         let stat_shards = worker_count(config.sluice.workers);
+        let ids = connector
+            .id_sequence()
+            .unwrap_or_else(|| Arc::new(AtomicU64::new(1)));
         let app = Arc::new(App {
             config_path,
             tracked: TrackedSet::new(&config.settings.track_extra_parameters),
@@ -125,7 +130,7 @@ impl App {
             listening: AtomicBool::new(false),
             started: SystemTime::now(),
             client_count: AtomicUsize::new(0),
-            next_client_id: AtomicU64::new(1),
+            next_client_id: ids,
             mock_key,
             warned_unsupported: Mutex::new(HashSet::new()),
             workers: Default::default(),

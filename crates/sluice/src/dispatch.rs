@@ -197,6 +197,8 @@ enum LoggedIn {
     /// The startup info boxed: this enum sits in the login phase's state, which every login
     /// in flight holds.
     Admin(Box<startup::StartupInfo>, crate::admin::Access),
+    /// A replication client: its whole session runs in the login phase, as a console's does.
+    Replication(Box<crate::client::replication::Start>),
 }
 
 async fn run(
@@ -268,7 +270,10 @@ async fn login_phase(
         }
         login::login(app, client, info, entry.clone())
             .await
-            .map(|s| LoggedIn::Pool(Box::new(s)))
+            .map(|j| match j {
+                login::Joined::Pool(s) => LoggedIn::Pool(s),
+                login::Joined::Replication(r) => LoggedIn::Replication(r),
+            })
     });
     let logged_in = tokio::select! {
         r = login => r,
@@ -285,6 +290,9 @@ async fn login_phase(
                 app, client, &info, access, entry,
             ))
             .await,
+        )),
+        Ok(LoggedIn::Replication(start)) => Err(session::Outcome::End(
+            Box::pin(crate::client::replication::run(app, client, entry, start)).await,
         )),
         Err(reason) => Err(session::Outcome::End(reason)),
     }

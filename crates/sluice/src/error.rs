@@ -62,6 +62,7 @@ pub mod sqlstate {
     pub const QUERY_CANCELED: &str = "57014";
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
     pub const CONFIG_ERROR: &str = "F0000";
+    pub const INVALID_PARAMETER_VALUE: &str = "22023";
 }
 
 /// Failures talking to a PostgreSQL server.

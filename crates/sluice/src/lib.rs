@@ -41,6 +41,10 @@ use app::App;
 use lifecycle::Phase;
 use listener::Listeners;
 
+/// How long a safe shutdown (WAIT_FOR_SERVERS) waits, at most, for the clients it let go to
+/// receive their "server shutting down" before the process exits.
+const TELL_CLIENTS: Duration = Duration::from_secs(2);
+
 /// Serve until the lifecycle reaches an exit condition. Returns when the process may exit.
 pub async fn run(app: Arc<App>, listeners: Listeners) {
     let unix_path = listeners.unix_path();
@@ -68,6 +72,7 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
 
     let mut phase = app.lifecycle.subscribe();
     let mut paused = false;
+    let mut told_since = None;
     let mut nudged = false;
     let mut stopping = false;
     loop {
@@ -99,8 +104,20 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
                         p.fail_waiters(|| error::PoolError::ShuttingDown);
                     }
                     paused = true;
+                    told_since = Some(tokio::time::Instant::now());
                 }
-                if app.pools.all().iter().all(|p| p.counts().active == 0) {
+                // The clients failed or let go above are still writing their FATAL ("server
+                // shutting down"): exiting under them would leave them a bare close. They get
+                // up to TELL_CLIENTS to leave.
+                let told = told_since.is_some_and(|t| t.elapsed() >= TELL_CLIENTS)
+                    || !app.registry.all().iter().any(|c| {
+                        matches!(
+                            c.state(),
+                            client::registry::ClientState::Idle
+                                | client::registry::ClientState::Waiting
+                        )
+                    });
+                if told && app.pools.all().iter().all(|p| p.counts().active == 0) {
                     break;
                 }
             }

@@ -89,7 +89,7 @@ fn client_rows(app: &App) -> Vec<ConnRow> {
                 text("C"),
                 text(user),
                 text(db),
-                text("none"),
+                text(*c.replication.get().unwrap_or(&"none")),
                 text(state.as_str()),
                 text(addr),
                 num(port),
@@ -156,7 +156,7 @@ fn server_rows(app: &App) -> Vec<ConnRow> {
                     text("S"),
                     text(p.key.user.clone()),
                     text(p.key.database.clone()),
-                    text("none"),
+                    text(*r.replication.get().unwrap_or(&"none")),
                     text(state),
                     text(r.addr.clone()),
                     r.peer_port.map(|v| v.to_string()),
@@ -203,7 +203,7 @@ pub fn servers(app: &Arc<App>) -> ResultSet {
 }
 
 /// Buffer positions live inside each connection's task and are not sampled, so the seven buffer
-/// columns are NULL. ACTIVE_SOCKETS lists the connections in an active state (linked clients,
+/// columns are NULL. `state` is the list's name (`socket_state`). ACTIVE_SOCKETS lists the connections in an active state (linked clients,
 /// servers in use), the only ones that can have bytes in flight.
 pub fn sockets(app: &Arc<App>, only_active: bool) -> ResultSet {
     let mut rs = ResultSet::new(SOCKETS_COLUMNS);
@@ -212,10 +212,24 @@ pub fn sockets(app: &Arc<App>, only_active: bool) -> ResultSet {
             continue;
         }
         let mut v = r.values;
+        v[4] = socket_state(v[0].as_deref(), v[4].as_deref());
         v.extend(std::iter::repeat_n(None, 7));
         rs.push(v);
     }
     rs
+}
+
+/// SHOW SOCKETS names the list a connection is on, as PgBouncer does (`cl_active` also for a
+/// logged-in client that SHOW CLIENTS calls `idle`), where SHOW CLIENTS / SERVERS give its state.
+fn socket_state(kind: Option<&str>, state: Option<&str>) -> Value {
+    let state = state.unwrap_or_default();
+    Some(match (kind, state) {
+        (Some("C"), "login") => "cl_login".to_string(),
+        (Some("C"), "waiting") => "cl_waiting".to_string(),
+        (Some("C"), _) => "cl_active".to_string(),
+        (_, "new") => "sv_login".to_string(),
+        (_, s) => format!("sv_{s}"),
+    })
 }
 
 pub const FDS_COLUMNS: &[(&str, Col)] = &[

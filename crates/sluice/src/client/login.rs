@@ -8,6 +8,7 @@ use sluice_protocol::{encode_backend_key_data, encode_ready_for_query, Transacti
 
 use super::limits::Admitted;
 use super::registry::ClientEntry;
+use super::replication;
 use super::session::{PoolMember, Session};
 use super::startup::StartupInfo;
 use crate::app::App;
@@ -22,6 +23,13 @@ use crate::session_state::tracker::SessionTracker;
 use crate::stats::PoolStats;
 use crate::targets;
 
+/// Where a pool login leads: the pool's session loop, or a replication client's own server.
+/// (The session is boxed here rather than by the caller: it lives as long as the client.)
+pub enum Joined {
+    Pool(Box<Session>),
+    Replication(Box<replication::Start>),
+}
+
 /// The pool login of a client whose startup packet named a pool database: authenticate, join the
 /// pool, greet. A plain fn returning an `async move` block rather than an `async fn`: an async fn's state keeps
 /// a by-value argument twice (as the argument and as the local), and this state is what a login in
@@ -32,7 +40,7 @@ pub fn login<'a>(
     client: &'a mut ClientConn,
     info: StartupInfo,
     entry: Arc<ClientEntry>,
-) -> impl std::future::Future<Output = Result<Session, EndReason>> + Send + 'a {
+) -> impl std::future::Future<Output = Result<Joined, EndReason>> + Send + 'a {
     async move {
         let cfg = app.config();
         // In a block: what authenticating and joining the pool needed (the secrets, the db
@@ -111,13 +119,18 @@ pub fn login<'a>(
             PoolStats::add(&pool.stats.client_logins, 1);
             (pool, member)
         };
+        if info.replication != replication::Replication::None {
+            return Ok(Joined::Replication(Box::new(replication::Start::new(
+                member, info,
+            ))));
+        }
 
         let welcome = match pool.welcome() {
             Some(w) => w,
             None => {
                 // A new pool: the first server login provides the parameters every client is greeted with.
                 let server = pool
-                    .checkout()
+                    .checkout_for_pooler()
                     .await
                     .map_err(|e| EndReason::Error(e.client_notice()))?;
                 let welcome = Arc::new(Welcome::new(server.params.clone()));
@@ -161,7 +174,7 @@ pub fn login<'a>(
             let _ = entry.application_name.set(a.to_string());
         }
         let _ = entry.identity.set((info.database, info.user));
-        Ok(Session {
+        Ok(Joined::Pool(Box::new(Session {
             pool,
             entry,
             params,
@@ -173,7 +186,7 @@ pub fn login<'a>(
             relay_scratch: RelayScratch::default(),
             idle_sleep: None,
             _member: member,
-        })
+        })))
     }
 }
 

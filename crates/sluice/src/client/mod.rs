@@ -6,5 +6,6 @@ pub mod kill;
 pub mod limits;
 pub mod login;
 pub mod registry;
+pub mod replication;
 pub mod session;
 pub mod startup;

@@ -74,6 +74,8 @@ pub struct ClientEntry {
     pub application_name: OnceLock<String>,
     /// SHOW CLIENTS `tls` ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519"); unset for plaintext.
     pub tls: OnceLock<String>,
+    /// SHOW CLIENTS `replication`: `logical` or `physical` for a replication client; unset: `none`.
+    pub replication: OnceLock<&'static str>,
     /// query_wait_notify: the request (its stamp + 1) a NOTICE was decided for, so each wait
     /// gets one; and whether the client's task still has to send it.
     wait_notice_for: AtomicU64,
@@ -156,6 +158,7 @@ impl ClientRegistry {
             local_addr: OnceLock::new(),
             application_name: OnceLock::new(),
             tls: OnceLock::new(),
+            replication: OnceLock::new(),
             request: Stamp::now(),
             wait_notice_for: AtomicU64::new(0),
             wait_notice_due: AtomicBool::new(false),

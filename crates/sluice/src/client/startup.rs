@@ -17,6 +17,8 @@ use crate::peers;
 use crate::server::params::ParamMap;
 use crate::server::ServerAddr;
 
+pub use super::replication::Replication;
+
 /// Longest user name and database name accepted (PgBouncer's limits).
 const MAX_USER_LEN: usize = 127;
 const MAX_DBNAME_LEN: usize = 63;
@@ -28,6 +30,9 @@ pub struct StartupInfo {
     pub database: String,
     /// Tracked parameters from the startup packet and `options -c`.
     pub params: ParamMap,
+    /// `replication=database|true` (a replication client: its own server, `replication.rs`).
+    /// Such a client's `options` is kept in `params` as it is, for its server.
+    pub replication: Replication,
 }
 
 pub enum Startup {
@@ -216,15 +221,25 @@ async fn validate(
     let mut database = None;
     let mut tracked = ParamMap::new();
     let mut negotiate: Vec<&str> = Vec::new();
+    // Known before `options` is read: a replication client's goes to its server untouched.
+    let mut replication = Replication::None;
+    for (k, v) in &params {
+        if *k == "replication" {
+            replication = Replication::parse(v).ok_or_else(|| {
+                EndReason::Error(ClientNotice::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!("invalid value for parameter \"replication\": \"{v}\""),
+                ))
+            })?;
+        }
+    }
     for (k, v) in params {
         match k {
             "user" => user = Some(v),
             "database" => database = Some(v),
-            "replication" => {
-                return Err(EndReason::Error(ClientNotice::new(
-                    sqlstate::FEATURE_NOT_SUPPORTED,
-                    "replication connections are not supported by Sluice yet",
-                )))
+            "replication" => {}
+            "options" if replication != Replication::None => {
+                tracked.set("options", v);
             }
             "options" => parse_options(app, v, &mut tracked, ignored)?,
             _ if k.starts_with("_pq_.") => negotiate.push(k),
@@ -260,6 +275,7 @@ async fn validate(
         user,
         database,
         params: tracked,
+        replication,
     })
 }
 

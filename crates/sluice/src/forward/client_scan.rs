@@ -10,6 +10,7 @@ use sluice_protocol::{
 
 use super::core::{client_violation, RelayCore};
 use super::expect::{Action, Expect};
+use super::refuse::Refusal;
 use super::RelayEnd;
 use crate::error::sqlstate;
 use crate::prepared::Statement;
@@ -286,7 +287,7 @@ impl RelayCore<'_> {
 
     /// Queue the reply a request will get. After an error the server ignores extended messages
     /// until Sync, so those get no entry.
-    fn push(&mut self, e: Expect) {
+    pub(super) fn push(&mut self, e: Expect) {
         if self.prepared.is_none() {
             return;
         }
@@ -339,10 +340,10 @@ impl RelayCore<'_> {
                     return Ok(Step::PassThrough);
                 };
                 if prep.client.contains(view.name) {
-                    return Err(client_violation(
-                        DUPLICATE_PREPARED_STATEMENT,
-                        format!("prepared statement \"{}\" already exists", view.name),
-                    ));
+                    let message = format!("prepared statement \"{}\" already exists", view.name);
+                    return Ok(self
+                        .refuse_in_batch(total, avail, DUPLICATE_PREPARED_STATEMENT, message)
+                        .into());
                 }
                 let name = view.name.to_string();
                 let stmt = prep.registry.intern(view.query, &view.param_types);
@@ -379,6 +380,11 @@ impl RelayCore<'_> {
                     return Ok(Step::Wait);
                 }
                 let name = name.to_string();
+                if tag == frontend_tag::DESCRIBE && !self.has_client_statement(&name) {
+                    return Ok(self
+                        .refuse_in_batch(total, avail, INVALID_SQL_STATEMENT_NAME, missing(&name))
+                        .into());
+                }
                 self.client.rbuf.advance(total);
                 self.unsynced = true;
                 self.mark_query_start();
@@ -432,9 +438,14 @@ impl RelayCore<'_> {
         // allocation per Bind.
         let name_bytes = &visible[portal_end + 1..stmt_end];
         let name_len = name_bytes.len();
-        let stmt = match std::str::from_utf8(name_bytes) {
-            Ok(name) => self.client_statement(name)?,
-            Err(_) => return Err(no_such_statement(&String::from_utf8_lossy(name_bytes))),
+        let found = std::str::from_utf8(name_bytes)
+            .ok()
+            .and_then(|name| self.prepared.as_ref()?.client.get(name).cloned());
+        let Some(stmt) = found else {
+            let message = missing(&String::from_utf8_lossy(name_bytes));
+            return Ok(self
+                .refuse_in_batch(total, avail, INVALID_SQL_STATEMENT_NAME, message)
+                .into());
         };
         if stmt.affects_session {
             let opts = self.lex_options();
@@ -461,6 +472,12 @@ impl RelayCore<'_> {
         PoolStats::add(&self.stats.bind_count, 1);
         self.push(Expect::Bind);
         Ok(Step::Consumed)
+    }
+
+    fn has_client_statement(&self, name: &str) -> bool {
+        self.prepared
+            .as_ref()
+            .is_some_and(|p| p.client.get(name).is_some())
     }
 
     fn client_statement(&self, name: &str) -> Result<Arc<Statement>, RelayEnd> {
@@ -509,9 +526,19 @@ impl RelayCore<'_> {
     }
 }
 
+fn missing(name: &str) -> String {
+    format!("prepared statement \"{name}\" does not exist")
+}
+
 fn no_such_statement(name: &str) -> RelayEnd {
-    client_violation(
-        INVALID_SQL_STATEMENT_NAME,
-        format!("prepared statement \"{name}\" does not exist"),
-    )
+    client_violation(INVALID_SQL_STATEMENT_NAME, missing(name))
+}
+
+impl From<Refusal> for Step {
+    fn from(r: Refusal) -> Step {
+        match r {
+            Refusal::Wait => Step::Wait,
+            Refusal::Consumed => Step::Consumed,
+        }
+    }
 }

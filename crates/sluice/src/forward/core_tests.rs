@@ -506,3 +506,39 @@ fn a_sync_the_copy_swallowed_leaves_the_batch_open() {
     pump(&mut r);
     assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
 }
+
+#[test]
+fn a_statement_name_never_prepared_gets_postgresqls_error_in_its_place_in_the_batch() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, true, true);
+    let batch = build(|b| {
+        encode_parse("s1", "select 1", &[], b);
+        encode_bind_text("", "nope", &[], b);
+        encode_execute("", 0, b);
+        encode_sync(b);
+    });
+    client_sends(&mut r, &batch).unwrap();
+    let (to_server, _) = pump(&mut r);
+    // The Bind goes out as a stand-in naming a statement no server has: the server skips the
+    // rest of the batch itself, as it would have for the client's name.
+    assert_eq!(tags(&to_server), "PBES");
+    assert!(to_server.windows(14).any(|w| w == b"sluice_refused"));
+    assert!(!to_server.windows(4).any(|w| w == b"nope"), "client's name");
+    let error = message(
+        backend_tag::ERROR_RESPONSE,
+        b"SERROR\0C26000\0Mprepared statement \"sluice_refused\" does not exist\0\0",
+    );
+    server_sends(
+        &mut r,
+        &replies(&[PARSE_COMPLETE, &error, &ready(TransactionStatus::Idle)]),
+    );
+    let (_, to_client) = pump(&mut r);
+    assert_eq!(tags(&to_client), "1EZ");
+    let text = String::from_utf8_lossy(&to_client);
+    assert!(
+        text.contains("prepared statement \"nope\" does not exist") && text.contains("26000"),
+        "{text}"
+    );
+    assert!(!text.contains("sluice_refused"));
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+}

@@ -34,6 +34,12 @@ pub enum Expect {
     Close {
         action: Action,
     },
+    /// A request the pooler refused (`refuse.rs`): the server's error for its stand-in is
+    /// replaced by this one.
+    Refused {
+        sqlstate: &'static str,
+        message: String,
+    },
 }
 
 impl Expect {

@@ -21,6 +21,7 @@ pub mod core;
 #[cfg(test)]
 mod core_tests;
 pub mod expect;
+mod refuse;
 mod server_scan;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod sim;

@@ -76,6 +76,13 @@ impl RelayCore<'_> {
                     return Ok(());
                 }
             }
+            if rewriting {
+                match self.replace_refused(tag, total, avail)? {
+                    Some(true) => continue,
+                    Some(false) => return Ok(()),
+                    None => {}
+                }
+            }
             let start = self.s.ready;
             if self.copy_in_open
                 && matches!(
@@ -287,7 +294,7 @@ impl RelayCore<'_> {
 
     /// An error in an extended-protocol batch: the failed request and everything up to the next
     /// Sync get no (further) reply. Statements whose Parse did not happen are forgotten.
-    fn error_in_batch(&mut self) {
+    pub(super) fn error_in_batch(&mut self) {
         while let Some(e) = self.scratch.expect.front() {
             if *e == Expect::Sync {
                 return;

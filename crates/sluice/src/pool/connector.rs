@@ -23,6 +23,24 @@ pub trait Connector: Send + Sync + 'static {
         opts: ConnectOptions,
     ) -> ConnectFuture;
 
+    /// A server for one client alone (a replication connection): connected and logged in as
+    /// `connect` does, without asking it anything afterwards.
+    fn connect_dedicated(
+        &self,
+        target: Arc<ServerTarget>,
+        keys: Option<ScramKeys>,
+        opts: ConnectOptions,
+    ) -> ConnectFuture {
+        self.connect(target, keys, opts)
+    }
+
+    /// The number sequence its servers take their ids from, for the pooler's clients to share
+    /// (None: clients number themselves). One sequence makes every id in SHOW SOCKETS unique, as
+    /// PgBouncer's are.
+    fn id_sequence(&self) -> Option<Arc<AtomicU64>> {
+        None
+    }
+
     /// What this connector has learned of the servers it connects to (None: it learns nothing).
     fn server_facts(&self) -> Option<&ServerFactsBook> {
         None
@@ -30,17 +48,18 @@ pub trait Connector: Send + Sync + 'static {
 }
 
 /// Connects to real servers over TCP or Unix sockets, numbering them (the S-<id> of log lines and
-/// SHOW SERVERS) in the order they are opened, process-wide: one connector per `App`.
+/// SHOW SERVERS) in the order they are opened, process-wide: one connector per `App`, whose
+/// clients take their ids from the same sequence.
 #[derive(Debug)]
 pub struct PgConnector {
-    next_id: AtomicU64,
+    next_id: Arc<AtomicU64>,
     facts: Arc<ServerFactsBook>,
 }
 
 impl Default for PgConnector {
     fn default() -> Self {
         PgConnector {
-            next_id: AtomicU64::new(1),
+            next_id: Arc::new(AtomicU64::new(1)),
             facts: Arc::default(),
         }
     }
@@ -69,6 +88,20 @@ impl Connector for PgConnector {
             }
             Ok(conn)
         })
+    }
+
+    fn connect_dedicated(
+        &self,
+        target: Arc<ServerTarget>,
+        keys: Option<ScramKeys>,
+        opts: ConnectOptions,
+    ) -> ConnectFuture {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts).await })
+    }
+
+    fn id_sequence(&self) -> Option<Arc<AtomicU64>> {
+        Some(self.next_id.clone())
     }
 
     fn server_facts(&self) -> Option<&ServerFactsBook> {

@@ -50,6 +50,18 @@ impl Pool {
             .map(|(s, _)| s)
     }
 
+    /// `checkout` for the pooler's own use (a new pool's first server, whose parameters greet
+    /// its clients): not a client's server assignment, so SHOW STATS does not count it (PgBouncer
+    /// counts one assignment for a session-mode client's whole session). The count was made on
+    /// this worker's copy of the statistics, in this same task, and is taken back there.
+    pub async fn checkout_for_pooler(self: &Arc<Self>) -> Result<PooledServer, PoolError> {
+        let server = self.checkout().await?;
+        self.stats
+            .server_assignments
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(server)
+    }
+
     /// `checkout` for a request that arrived at `started` (the session's one clock reading for
     /// it), which also serves the idle checks and, when a server is handed out at once, the wait
     /// (none); the clock is read again only after an actual wait or server check. Returns the

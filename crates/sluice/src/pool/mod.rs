@@ -8,6 +8,7 @@ mod affinity;
 mod checks;
 pub mod connector;
 pub mod counter;
+mod dedicated;
 mod growth;
 mod handout;
 pub mod janitor;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
 use parking_lot::Mutex;
@@ -34,6 +34,9 @@ pub struct ServerRecord {
     pub generation: u64,
     /// SHOW SERVERS `tls`: empty for plaintext.
     pub tls: String,
+    /// SHOW SERVERS `replication`: `logical` or `physical` for a replication client's own
+    /// server (`Pool::open_dedicated`), unset (`none`) for the pool's.
+    pub replication: OnceLock<&'static str>,
     state: AtomicU8,
     /// Connect time (its base) and the last hand-out or release.
     request: Stamp,
@@ -97,6 +100,7 @@ impl ServerBook {
                 .as_ref()
                 .map(|t| t.description.clone())
                 .unwrap_or_default(),
+            replication: OnceLock::new(),
             state: AtomicU8::new(ServerState::Active as u8),
             request: Stamp::now(),
         });
