@@ -137,6 +137,13 @@ impl Anchor {
     pub fn config(&self) -> String {
         fs::read_to_string(self.dir.path().join("pgbouncer.ini")).unwrap_or_default()
     }
+
+    /// PgBouncer's own process id (its pidfile; runuser is the child), for /proc figures.
+    pub fn pid(&self) -> Option<u32> {
+        fs::read_to_string(self.dir.path().join("pgbouncer.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+    }
 }
 
 impl Drop for Anchor {

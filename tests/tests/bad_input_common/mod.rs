@@ -114,7 +114,12 @@ pub async fn read_until_ready(c: &mut RawConn) -> Vec<(u8, Vec<u8>)> {
 
 /// Raw startup + trust login as trust_user/app (plus `extra` params) up to ReadyForQuery.
 pub async fn raw_login(s: &Sluice, extra: &[(&str, &str)]) -> RawConn {
-    let mut c = RawConn::connect(s.port).await;
+    raw_login_at(s.port, extra).await
+}
+
+/// `raw_login` to any pooler listening on 127.0.0.1:`port` (PgBouncer too) with trust auth.
+pub async fn raw_login_at(port: u16, extra: &[(&str, &str)]) -> RawConn {
+    let mut c = RawConn::connect(port).await;
     let mut params = vec![("user", "trust_user"), ("database", "app")];
     params.extend_from_slice(extra);
     c.send(&RawConn::startup_packet(&params)).await;
