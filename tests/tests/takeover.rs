@@ -319,4 +319,47 @@ async fn an_unacknowledged_client_stays_and_a_second_takeover_is_refused() {
     assert!(log.contains("still taking over from process"), "{log}");
     in_tx.simple_query("COMMIT").await.unwrap();
     wait_for_log(&new, "the takeover is complete", Duration::from_secs(10));
+    // The successor can be taken over in its turn.
+    let mut new = new;
+    let third = start_new(&shared, port, "");
+    wait_for_log(
+        &third,
+        "took over the listening sockets",
+        Duration::from_secs(10),
+    );
+    let exited = tokio::task::block_in_place(|| new.wait_exit(Duration::from_secs(10)));
+    assert!(exited.is_some(), "{}", new.log());
+    in_tx.simple_query("SELECT 1").await.unwrap();
+}
+
+/// Session mode: a client that holds no server moves at once; one linked to a server (whose
+/// session state cannot be known) stays with the old process until it leaves, and the old process
+/// exits then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_mode_moves_idle_clients_and_keeps_linked_ones() {
+    let shared = SharedDir::new();
+    let mut old = start_old(&shared, "pool_mode = session\n");
+    let port = old.port;
+    let fresh = old.connect("trust_user", "", "app").await.unwrap();
+    let linked = old.connect("trust_user", "", "app").await.unwrap();
+    linked.simple_query("SET work_mem = '5MB'").await.unwrap();
+    let new = start_new(&shared, port, "pool_mode = session\n");
+    wait_for_log(
+        &new,
+        "took over the listening sockets",
+        Duration::from_secs(10),
+    );
+    wait_for_log(
+        &old,
+        "handed over to the new process",
+        Duration::from_secs(10),
+    );
+    fresh.simple_query("SELECT 1").await.unwrap();
+    // Still the old process's server, with its session state.
+    assert_eq!(show(&linked, "work_mem").await, "5MB");
+    assert!(old.child.try_wait().unwrap().is_none());
+    drop(linked);
+    let exited = tokio::task::block_in_place(|| old.wait_exit(Duration::from_secs(10)));
+    assert!(exited.is_some(), "{}", old.log());
+    fresh.simple_query("SELECT 1").await.unwrap();
 }

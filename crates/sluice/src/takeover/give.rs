@@ -117,8 +117,9 @@ fn not_now(app: &App) -> Option<String> {
     if !app.lifecycle.is_running() {
         return Some("the running process is shutting down".into());
     }
-    if app.control.is_suspended() {
-        return Some("the running process is suspended (RESUME it first)".into());
+    // PAUSE and SUSPEND are not carried over: a successor would serve what they hold back.
+    if app.control.flags() != (false, false) {
+        return Some("the running process is paused or suspended (RESUME it first)".into());
     }
     None
 }
