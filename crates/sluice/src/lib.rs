@@ -92,6 +92,7 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
         let now = *phase.borrow_and_update();
         if !matches!(now, Phase::Running | Phase::HandingOver) && !stopping {
             stopping = true;
+            app.takeover.forget_listeners();
             app.notify("STOPPING=1");
         }
         if (now.drops_idle_clients() || now == Phase::HandingOver) && nudged != Some(now) {

@@ -293,6 +293,15 @@ fn chown_group(path: &std::path::Path, group: &str) -> Result<(), String> {
     nix::unistd::chown(path, None, Some(gid)).map_err(|e| format!("cannot chown the socket: {e}"))
 }
 
+/// An accept loop ends for a shutdown (not a hand-over): the copies of the listening sockets kept
+/// for a takeover go first, so that the sockets close with the accept loops (with so_reuseport,
+/// new connections then go to the other processes of the port, and a closed port refuses).
+fn stop_for_good(app: &App, phase: &watch::Receiver<Phase>) {
+    if *phase.borrow() != Phase::HandingOver {
+        app.takeover.forget_listeners();
+    }
+}
+
 /// While SUSPEND holds, accept nothing: new connections wait in the listen backlog, as with
 /// PgBouncer's suspended listeners. False when the pooler stops accepting meanwhile.
 async fn wait_while_suspended(app: &App, phase: &mut watch::Receiver<Phase>) -> bool {
@@ -340,6 +349,7 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
     }
     loop {
         if !wait_while_suspended(&app, &mut phase).await {
+            stop_for_good(&app, &phase);
             return;
         }
         let active_changed = async {
@@ -386,6 +396,7 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
                     return;
                 }
                 if !ok || *phase.borrow() != Phase::Running {
+                    stop_for_good(&app, &phase);
                     // Closing the socket resets the connections already in its accept queue;
                     // with so_reuseport the kernel may have queued some here a moment ago, while
                     // another process of the port waits for them (a rolling restart). Serve those
@@ -545,6 +556,7 @@ fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i
 pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch::Receiver<Phase>) {
     loop {
         if !wait_while_suspended(&app, &mut phase).await {
+            stop_for_good(&app, &phase);
             return;
         }
         let stop = accept_stretch(
@@ -560,6 +572,7 @@ pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch
         .await;
         if let Stop::Phase(ok) = stop {
             if !ok || *phase.borrow() != Phase::Running {
+                stop_for_good(&app, &phase);
                 return;
             }
         }

@@ -122,6 +122,12 @@ impl Takeover {
         *self.kept.lock() = kept;
     }
 
+    /// Drop the kept copies: the pooler is shutting down, and its sockets must close with its
+    /// accept loops.
+    pub fn forget_listeners(&self) {
+        self.kept.lock().clear();
+    }
+
     /// Fresh copies of the kept sockets (descriptions and descriptors).
     fn copies(&self) -> std::io::Result<(Vec<ListenerDesc>, Vec<OwnedFd>)> {
         let kept = self.kept.lock();
