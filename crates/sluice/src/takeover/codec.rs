@@ -86,6 +86,8 @@ pub enum Msg {
     /// old → new: the listening sockets (one descriptor per entry, in order).
     Offer {
         pid: u32,
+        /// Its workers taking clients now (the successor starts with as many).
+        active_workers: u16,
         listeners: Vec<ListenerDesc>,
     },
     /// new → old: ready; stop accepting and hand the clients over.
@@ -152,8 +154,13 @@ impl Msg {
                 w.str(reason);
                 tag::REFUSED
             }
-            Msg::Offer { pid, listeners } => {
+            Msg::Offer {
+                pid,
+                active_workers,
+                listeners,
+            } => {
                 w.u32(*pid);
+                w.u16(*active_workers);
                 w.u32(listeners.len() as u32);
                 for l in listeners {
                     w.u8(match l.kind {
@@ -229,6 +236,7 @@ impl Msg {
             tag::OFFER => {
                 r.what = "Offer";
                 let pid = r.u32()?;
+                let active_workers = r.u16()?;
                 let n = r.count(8)?;
                 let mut listeners = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -246,7 +254,11 @@ impl Msg {
                         addr: r.str()?,
                     });
                 }
-                Msg::Offer { pid, listeners }
+                Msg::Offer {
+                    pid,
+                    active_workers,
+                    listeners,
+                }
             }
             tag::TAKE => Msg::Take,
             tag::TAKEN => Msg::Taken,

@@ -50,6 +50,7 @@ fn every_message() -> Vec<Msg> {
         },
         Msg::Offer {
             pid: 9,
+            active_workers: 3,
             listeners: vec![
                 ListenerDesc {
                     kind: ListenerKind::Tcp,
@@ -138,8 +139,9 @@ fn bad_frames_are_errors_not_panics_or_allocations() {
     huge.extend_from_slice(&u32::MAX.to_be_bytes());
     assert!(matches!(Msg::decode(&huge), Err(CodecError::TooLong(_))));
     // A list that claims four billion entries in a short body.
-    let mut offer = vec![tag::OFFER, 0, 0, 0, 8];
+    let mut offer = vec![tag::OFFER, 0, 0, 0, 10];
     offer.extend_from_slice(&1u32.to_be_bytes());
+    offer.extend_from_slice(&2u16.to_be_bytes());
     offer.extend_from_slice(&u32::MAX.to_be_bytes());
     assert_eq!(Msg::decode(&offer), Err(CodecError::Malformed("Offer")));
     // Trailing bytes, a bad bool, bad UTF-8.

@@ -173,6 +173,7 @@ async fn serve(app: Arc<App>, sock: UnixStream) {
     let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let offer = Msg::Offer {
         pid: std::process::id(),
+        active_workers: app.workers.active().min(usize::from(u16::MAX)) as u16,
         listeners: descs,
     };
     if let Err(e) = writer.send(&offer, &raw).await {

@@ -190,6 +190,7 @@ mod tests {
         };
         let offer = Msg::Offer {
             pid: 1,
+            active_workers: 1,
             listeners: vec![desc(ListenerKind::Unix), desc(ListenerKind::Control)],
         };
         // A long message between them spans several reads.

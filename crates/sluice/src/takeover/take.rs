@@ -26,6 +26,9 @@ pub struct Successor {
     writer: LinkWriter,
     /// The running process's pid.
     pub old_pid: u32,
+    /// How many of its workers take clients: this process starts with as many (its clients
+    /// arrive all at once, before the balancer would have added workers for them).
+    active_workers: usize,
 }
 
 /// The process this one took over from, while it still has clients (`Takeover::predecessor`).
@@ -75,7 +78,14 @@ pub async fn connect(
         )
         .await?;
     match reader.recv_within(ANSWER_TIMEOUT).await? {
-        (Msg::Offer { pid, listeners }, fds) => {
+        (
+            Msg::Offer {
+                pid,
+                active_workers,
+                listeners,
+            },
+            fds,
+        ) => {
             let l = super::listeners::rebuild(&listeners, fds, workers)
                 .map_err(TakeoverError::Listeners)?;
             tracing::info!(
@@ -93,6 +103,7 @@ pub async fn connect(
                     reader,
                     writer,
                     old_pid: pid,
+                    active_workers: usize::from(active_workers),
                 },
             ))
         }
@@ -109,12 +120,16 @@ impl Successor {
             mut reader,
             writer,
             old_pid,
+            active_workers,
         } = self;
         writer.send(&Msg::Take, &[]).await?;
         match reader.recv_within(ANSWER_TIMEOUT).await? {
             (Msg::Taken, _) => {}
             (Msg::Refused { reason }, _) => return Err(TakeoverError::Refused(reason)),
             _ => return Err(TakeoverError::Unexpected("expected Taken")),
+        }
+        if active_workers > app.workers.active() {
+            app.workers.set_active(active_workers);
         }
         let (queue, rx) = mpsc::unbounded_channel();
         let cancels = Arc::new(Mutex::new(HashMap::new()));
