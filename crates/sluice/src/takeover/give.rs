@@ -38,13 +38,15 @@ pub enum Outgoing {
 pub enum Handoff {
     /// The successor has the client: the session ends here, its socket untouched.
     Taken,
-    /// The successor refused it: it stays here (and is not offered again).
+    /// It cannot move (refused by the successor, TLS, its socket cannot be copied, a huge
+    /// request already read): it stays here, and is not offered again.
     Refused,
-    /// No successor (any more): it stays here.
+    /// The successor went away: it stays here (the phase is Running again).
     Failed,
 }
 
-/// A client's pending bytes beyond this are not carried (the client stays for another turn).
+/// A client whose next request already read is longer than this stays (a message the relay had to
+/// read whole, up to max_packet_size).
 const MAX_PENDING: usize = 1 << 20;
 
 /// Hand a logged-in client between transactions to the successor, and wait for its answer.
@@ -59,9 +61,11 @@ pub async fn hand_over(app: &App, client: &ClientConn, s: &Session) -> Handoff {
         // TLS state lives in this process: such clients stay until they leave.
         _ => return Handoff::Refused,
     };
-    let Ok(fd) = fd else { return Handoff::Failed };
+    let Ok(fd) = fd else {
+        return Handoff::Refused;
+    };
     if client.rbuf.len() > MAX_PENDING {
-        return Handoff::Failed;
+        return Handoff::Refused;
     }
     let state = Box::new(super::state::capture(client, s));
     let (ack, answer) = oneshot::channel();
@@ -210,12 +214,15 @@ async fn serve(app: Arc<App>, sock: UnixStream) {
     let pending = Arc::new(Mutex::new(HashMap::new()));
     let writing = tokio::spawn(write_loop(writer.clone(), rx, pending.clone()));
     let why = read_loop(&app, &mut reader, &pending).await;
+    // Nothing more reaches the successor (what it reads from now on it cannot answer: it drops
+    // those clients unserved), and the clients here stop trying before the queue closes.
+    writer.shutdown();
+    take_back(&app, pid, &why);
     *app.takeover.outbox.lock() = None;
     writing.abort();
     let _ = writing.await;
     // Clients whose answer never came stay here.
     pending.lock().clear();
-    take_back(&app, pid, &why);
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<(), String>>>>>;
