@@ -5,6 +5,7 @@
 # after the takeover (from -P 1). Everything lives in a temp dir removed at exit.
 #   bench/takeover.sh                         # target/release/sluice, else target/debug/sluice
 #   SLUICE_BIN=/path/to/sluice TAKEOVER_AT=10 BENCH_SECONDS=20 bench/takeover.sh
+#   TAKEOVER_AT=none bench/takeover.sh        # the same run without a takeover (the baseline)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${SLUICE_BIN:-}
@@ -60,9 +61,14 @@ for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && brea
 "$pgbin/pgbench" -c 50 -j 2 -T "$secs" -P 1 -h 127.0.0.1 -p "$port" -U postgres postgres \
     >"$work/bench.out" 2>"$work/bench.err" &
 bench=$!
-sleep "$at"
-"$bin" -R "$work/sluice.ini" >"$work/new.log" 2>&1 &
-echo $! >"$work/new.pid"
+if [ "$at" != none ]; then
+    sleep "$at"
+    "$bin" -R "$work/sluice.ini" >"$work/new.log" 2>&1 &
+    echo $! >"$work/new.pid"
+else
+    at=$((secs / 2))
+    : >"$work/new.log"
+fi
 rc=0
 wait "$bench" || rc=$?
 old_exit=running
