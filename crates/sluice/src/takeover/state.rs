@@ -87,7 +87,7 @@ impl Adopted {
             self.peer,
             app.control.gate().clone(),
         );
-        client.names = Some(self.names);
+        client.names = Some(Box::new(self.names));
         if !self.pending.is_empty() {
             client.rbuf = BytesMut::from(&self.pending[..]);
         }
