@@ -83,6 +83,8 @@ pub struct App {
     pub workers: crate::workers::Workers,
     /// The logfile to reopen and the service manager to notify, set by `main` (none in tests).
     pub hooks: std::sync::OnceLock<crate::process::ProcessHooks>,
+    /// Binary upgrades: this process's side of a takeover, either way.
+    pub takeover: crate::takeover::Takeover,
 }
 
 impl App {
@@ -135,6 +137,7 @@ impl App {
             warned_unsupported: Mutex::new(HashSet::new()),
             workers: Default::default(),
             hooks: std::sync::OnceLock::new(),
+            takeover: Default::default(),
         });
         app.warn_unsupported();
         for note in &app.config().notes {

@@ -64,6 +64,21 @@ impl CancelRegistry {
         }
     }
 
+    /// Register a key another process gave its client (a takeover); None when it is taken here.
+    pub fn adopt(self: &Arc<Self>, key: CancelKey) -> Option<CancelHandle> {
+        let slot = Arc::new(CancelSlot::default());
+        let mut map = self.clients.lock();
+        if map.contains_key(&key) {
+            return None;
+        }
+        map.insert(key, slot.clone());
+        Some(CancelHandle {
+            key,
+            slot,
+            registry: self.clone(),
+        })
+    }
+
     pub fn lookup(&self, key: &CancelKey) -> Option<Target> {
         let slot = self.clients.lock().get(key).cloned()?;
         let t = slot.target.lock().clone();

@@ -99,10 +99,45 @@ pub fn serve(
     }
 }
 
+/// A client another process handed over (`takeover::state::adopt`), counted and registered
+/// there as `serve` does: its session goes on where the old process stopped.
+pub fn serve_adopted(
+    app: Arc<App>,
+    guard: ClientGuard,
+    registration: registry::Registration,
+    client: ClientConn,
+    s: Box<session::Session>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let carried = Carried {
+        _guard: guard,
+        _registration: registration,
+        client,
+    };
+    async move {
+        let mut carried = carried;
+        let outcome = {
+            let _seat = WorkerSeat::take(&app);
+            Box::pin(session::run(&app, &mut carried.client, s)).await
+        };
+        Box::pin(conclude(app, carried, outcome)).await;
+    }
+}
+
 /// After a session run: close the client, or carry its session over to another worker's task.
 async fn conclude(app: Arc<App>, mut carried: Carried, outcome: session::Outcome) {
     match outcome {
         session::Outcome::End(reason) => end(&app, &mut carried.client, reason).await,
+        // The successor serves it now: not a byte more from here, and no shutdown (the socket
+        // is shared with the other process); dropping only closes this process's descriptor.
+        session::Outcome::HandedOver => {
+            if app.config().settings.log_disconnections {
+                tracing::info!(
+                    "C-{}: {} handed over to the new process",
+                    carried.client.id,
+                    carried.client.label()
+                );
+            }
+        }
         session::Outcome::Move(to, s) => {
             let workers = &app.workers;
             workers.spawn_on(to, resume(app.clone(), carried, s));

@@ -28,6 +28,7 @@ pub mod stamp;
 pub mod stats;
 pub mod suspend;
 pub mod syslog;
+pub mod takeover;
 pub mod targets;
 pub mod tls;
 pub mod wake_gate;
@@ -45,25 +46,37 @@ use listener::Listeners;
 /// receive their "server shutting down" before the process exits.
 const TELL_CLIENTS: Duration = Duration::from_secs(2);
 
-/// Serve until the lifecycle reaches an exit condition. Returns when the process may exit.
-pub async fn run(app: Arc<App>, listeners: Listeners) {
-    let unix_path = listeners.unix_path();
+/// Start the accept loops of `listeners` (client ports, HTTP endpoint, takeover socket); they end
+/// when the lifecycle stops accepting or the listeners change hands (`takeover::Takeover`).
+pub fn spawn_listeners(app: &Arc<App>, listeners: Listeners) {
+    let t = &app.takeover;
     for l in listeners.tcp {
-        app.workers.spawn_on(
-            l.worker,
-            listener::accept_tcp(app.clone(), l, app.lifecycle.subscribe()),
-        );
+        let worker = l.worker;
+        let accept = listener::accept_tcp(app.clone(), l, app.lifecycle.subscribe());
+        app.workers.spawn_on(worker, t.while_current(accept));
     }
     if let Some((l, _)) = listeners.unix {
-        tokio::spawn(listener::accept_unix(
-            app.clone(),
-            l,
-            app.lifecycle.subscribe(),
-        ));
+        let accept = listener::accept_unix(app.clone(), l, app.lifecycle.subscribe());
+        tokio::spawn(t.while_current(accept));
     }
-    let metrics = listeners
-        .metrics
-        .map(|l| tokio::spawn(metrics::serve(app.clone(), l)));
+    if let Some(l) = listeners.metrics {
+        tokio::spawn(t.while_current(metrics::serve(app.clone(), l)));
+    }
+    if let Some((l, _)) = listeners.control {
+        tokio::spawn(t.while_current(takeover::give::accept_control(app.clone(), l)));
+    }
+}
+
+/// Serve until the lifecycle reaches an exit condition. Returns when the process may exit.
+pub async fn run(app: Arc<App>, listeners: Listeners) {
+    let paths = listeners.paths();
+    match takeover::listeners::keep(&listeners) {
+        Ok(kept) => app.takeover.keep(kept),
+        Err(e) => tracing::warn!(
+            "cannot keep copies of the listening sockets: {e}; a takeover would offer none"
+        ),
+    }
+    spawn_listeners(&app, listeners);
     app.listening.store(true, Ordering::Release);
     app.notify(&format!("READY=1\n{}", app.status_line()));
     let janitor = tokio::spawn(janitor_loop(app.clone()));
@@ -73,24 +86,39 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
     let mut phase = app.lifecycle.subscribe();
     let mut paused = false;
     let mut told_since = None;
-    let mut nudged = false;
+    let mut nudged: Option<Phase> = None;
     let mut stopping = false;
     loop {
         let now = *phase.borrow_and_update();
-        if now != Phase::Running && !stopping {
+        if !matches!(now, Phase::Running | Phase::HandingOver) && !stopping {
             stopping = true;
+            app.takeover.forget_listeners();
             app.notify("STOPPING=1");
         }
-        if now.drops_idle_clients() && !nudged {
+        if (now.drops_idle_clients() || now == Phase::HandingOver) && nudged != Some(now) {
             // Idle clients look at the phase only when woken (`client::session`): wake them all.
-            nudged = true;
+            nudged = Some(now);
             for c in app.registry.all() {
                 c.kill.nudge();
             }
         }
         match now {
-            Phase::Running => {}
+            Phase::Running => nudged = None,
             Phase::Exit => break,
+            Phase::HandingOver => {
+                // Servers nobody here will use again; the successor dials its own.
+                for p in app.pools.all() {
+                    let c = p.counts();
+                    if c.clients == 0 && c.idle + c.used > 0 {
+                        p.close_idle();
+                    }
+                }
+                let admins = app.admin_clients.load(Ordering::Acquire);
+                if app.client_count.load(Ordering::Acquire) <= admins {
+                    tracing::info!("takeover: every client has moved or left");
+                    break;
+                }
+            }
             // Suspended connections cannot finish anything, so a graceful wait would never end.
             _ if app.control.is_suspended() => {
                 tracing::info!("suspend was in progress, going down immediately");
@@ -135,11 +163,12 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
     janitor.abort();
     stats.abort();
     balancer.abort();
-    if let Some(m) = metrics {
-        m.abort();
-    }
-    if let Some(p) = unix_path {
-        let _ = std::fs::remove_file(p);
+    app.takeover.stop_listeners();
+    // A successor owns the socket files now.
+    if !app.takeover.handed_over() {
+        for p in paths {
+            let _ = std::fs::remove_file(p);
+        }
     }
     tracing::info!("shutting down");
 }
@@ -154,8 +183,11 @@ async fn janitor_loop(app: Arc<App>) {
         if let Some(timeout) = app.config().settings.client_login_timeout.as_duration() {
             app.registry.expire_logins(Instant::now(), timeout);
         }
-        // As PgBouncer: no maintenance while suspended, so nothing closes or opens under SUSPEND.
-        if !app.control.gate().is_suspended() {
+        // As PgBouncer: no maintenance while suspended, so nothing closes or opens under SUSPEND;
+        // none while handing over either (min_pool_size would open servers for nobody).
+        if !app.control.gate().is_suspended()
+            && app.lifecycle.phase() != lifecycle::Phase::HandingOver
+        {
             let cfg = app.config();
             let auto = pool::registry::AutoDatabases {
                 is_auto: &|db| targets::is_auto_database(&cfg, db),

@@ -1,5 +1,6 @@
-//! Process phases (running, the two graceful shutdown modes, exit) and the commands that move
-//! between them (signals, admin SHUTDOWN), plus the PAUSE/SUSPEND/DISABLE flags the admin console sets.
+//! Process phases (running, handing over to a successor, the two graceful shutdown modes, exit)
+//! and the commands that move between them (signals, admin SHUTDOWN, a takeover), plus the
+//! PAUSE/SUSPEND/DISABLE flags the admin console sets.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -20,14 +21,18 @@ pub enum Phase {
     WaitForClients,
     /// SIGQUIT, SHUTDOWN, or a second INT/TERM: exit now.
     Exit,
+    /// A successor took the listeners (`takeover/`): clients go to it at their next transaction
+    /// boundary; exit when no pool client is left. Back to Running if the successor goes away.
+    HandingOver,
 }
 
 impl Phase {
-    const ALL: [Phase; 4] = [
+    const ALL: [Phase; 5] = [
         Phase::Running,
         Phase::WaitForServers,
         Phase::WaitForClients,
         Phase::Exit,
+        Phase::HandingOver,
     ];
 
     /// The phase stored as `phase as u8` (whatever the variants' order).
@@ -77,16 +82,49 @@ impl Lifecycle {
     }
 
     /// Request a graceful mode; a second graceful request while one is active means exit now.
+    /// While handing over, WAIT_FOR_CLIENTS is what already happens (the clients leave for the
+    /// successor or for good), and WAIT_FOR_SERVERS stops the hand-over.
     pub fn request(&self, wanted: Phase) -> Phase {
         let next = match (self.phase(), wanted) {
             (_, Phase::Exit) => Phase::Exit,
+            (_, Phase::HandingOver) => self.phase(),
             (Phase::Running, w) => w,
             (_, Phase::Running) => self.phase(),
+            (Phase::HandingOver, Phase::WaitForClients) => Phase::HandingOver,
+            (Phase::HandingOver, w) => w,
             _ => Phase::Exit,
         };
-        self.now.store(next as u8, Ordering::Release);
-        self.tx.send_replace(next);
+        self.set(next);
         next
+    }
+
+    fn set(&self, p: Phase) {
+        self.now.store(p as u8, Ordering::Release);
+        self.tx.send_replace(p);
+    }
+
+    /// Running → HandingOver (a takeover); false from any other phase.
+    pub fn hand_over(&self) -> bool {
+        self.switch(Phase::Running, Phase::HandingOver)
+    }
+
+    /// HandingOver → Running (the successor went away); false from any other phase.
+    pub fn take_back(&self) -> bool {
+        self.switch(Phase::HandingOver, Phase::Running)
+    }
+
+    fn switch(&self, from: Phase, to: Phase) -> bool {
+        let mut done = false;
+        self.tx.send_if_modified(|p| {
+            if *p != from {
+                return false;
+            }
+            *p = to;
+            self.now.store(to as u8, Ordering::Release);
+            done = true;
+            true
+        });
+        done
     }
 }
 
@@ -286,6 +324,27 @@ mod tests {
         c.resume_all().unwrap();
         assert!(!c.gate().is_suspended() && !c.is_suspended());
         assert_eq!(c.resume_all(), Err(ControlError::NotPaused));
+    }
+
+    #[test]
+    fn a_hand_over_goes_back_to_running_only_from_itself() {
+        let l = Lifecycle::default();
+        assert!(!l.take_back());
+        assert!(l.hand_over());
+        assert!(!l.hand_over());
+        assert_eq!(
+            (l.phase(), *l.subscribe().borrow()),
+            (Phase::HandingOver, Phase::HandingOver)
+        );
+        assert!(!l.phase().drops_idle_clients());
+        assert_eq!(l.request(Phase::WaitForClients), Phase::HandingOver);
+        assert_eq!(l.request(Phase::Running), Phase::HandingOver);
+        assert!(l.take_back());
+        assert!(l.is_running());
+        assert!(l.hand_over());
+        assert_eq!(l.request(Phase::WaitForServers), Phase::WaitForServers);
+        assert!(!l.take_back(), "a shutdown is not undone");
+        assert_eq!(l.request(Phase::HandingOver), Phase::WaitForServers);
     }
 
     #[test]

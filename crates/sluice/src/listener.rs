@@ -50,11 +50,18 @@ pub struct Listeners {
     pub unix: Option<(UnixListener, PathBuf)>,
     /// The HTTP endpoint for /metrics and /health (`[sluice] metrics_listen_addr`).
     pub metrics: Option<TcpListener>,
+    /// The takeover socket beside the Unix socket (`takeover/`), mode 0600.
+    pub control: Option<(UnixListener, PathBuf)>,
 }
 
 impl Listeners {
-    pub fn unix_path(&self) -> Option<PathBuf> {
-        self.unix.as_ref().map(|(_, p)| p.clone())
+    /// The socket files this process removes at exit (unless a successor took them).
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.unix
+            .iter()
+            .chain(&self.control)
+            .map(|(_, p)| p.clone())
+            .collect()
     }
 }
 
@@ -94,18 +101,58 @@ pub fn bind(cfg: &Config, workers: usize) -> Result<Listeners, BindError> {
             s.unix_socket_group.as_deref().filter(|g| !g.is_empty()),
         )?)
     };
+    let remove = |unix: &Option<(UnixListener, PathBuf)>| {
+        if let Some((_, path)) = unix {
+            let _ = std::fs::remove_file(path);
+        }
+    };
+    let control = match crate::takeover::control_path(s).map(|p| bind_control(&p)) {
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            remove(&unix);
+            return Err(e);
+        }
+        None => None,
+    };
     // The Unix socket before the TCP ones: once the TCP port accepts, every listener is there (a
     // readiness probe on the port may go on to use the socket).
     let tcp = match bind_tcp_all(s, workers) {
         Ok(t) => t,
         Err(e) => {
-            if let Some((_, path)) = &unix {
-                let _ = std::fs::remove_file(path);
-            }
+            remove(&unix);
+            remove(&control);
             return Err(e);
         }
     };
-    Ok(Listeners { tcp, unix, metrics })
+    Ok(Listeners {
+        tcp,
+        unix,
+        metrics,
+        control,
+    })
+}
+
+/// The takeover socket: owner only (the peer's uid is checked too, `takeover::give`).
+fn bind_control(path: &std::path::Path) -> Result<(UnixListener, PathBuf), BindError> {
+    let shown = path.display().to_string();
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(BindError::UnixInUse(shown));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let l = UnixListener::bind(path).map_err(|e| BindError::Unix {
+        path: shown.clone(),
+        source: e,
+    })?;
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)) {
+        let _ = std::fs::remove_file(path);
+        return Err(BindError::Unix {
+            path: shown,
+            source: e,
+        });
+    }
+    Ok((l, path.to_path_buf()))
 }
 
 /// Every TCP listening socket of listen_addr (see `bind`).
@@ -246,6 +293,15 @@ fn chown_group(path: &std::path::Path, group: &str) -> Result<(), String> {
     nix::unistd::chown(path, None, Some(gid)).map_err(|e| format!("cannot chown the socket: {e}"))
 }
 
+/// An accept loop ends for a shutdown (not a hand-over): the copies of the listening sockets kept
+/// for a takeover go first, so that the sockets close with the accept loops (with so_reuseport,
+/// new connections then go to the other processes of the port, and a closed port refuses).
+fn stop_for_good(app: &App, phase: &watch::Receiver<Phase>) {
+    if *phase.borrow() != Phase::HandingOver {
+        app.takeover.forget_listeners();
+    }
+}
+
 /// While SUSPEND holds, accept nothing: new connections wait in the listen backlog, as with
 /// PgBouncer's suspended listeners. False when the pooler stops accepting meanwhile.
 async fn wait_while_suspended(app: &App, phase: &mut watch::Receiver<Phase>) -> bool {
@@ -293,6 +349,7 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
     }
     loop {
         if !wait_while_suspended(&app, &mut phase).await {
+            stop_for_good(&app, &phase);
             return;
         }
         let active_changed = async {
@@ -334,7 +391,12 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
             }
             Stop::Suspended => {}
             Stop::Phase(ok) => {
+                // Handed over: the successor accepts from this very socket (its queue is its).
+                if ok && *phase.borrow() == Phase::HandingOver {
+                    return;
+                }
                 if !ok || *phase.borrow() != Phase::Running {
+                    stop_for_good(&app, &phase);
                     // Closing the socket resets the connections already in its accept queue;
                     // with so_reuseport the kernel may have queued some here a moment ago, while
                     // another process of the port waits for them (a rolling restart). Serve those
@@ -494,6 +556,7 @@ fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i
 pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch::Receiver<Phase>) {
     loop {
         if !wait_while_suspended(&app, &mut phase).await {
+            stop_for_good(&app, &phase);
             return;
         }
         let stop = accept_stretch(
@@ -509,6 +572,7 @@ pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch
         .await;
         if let Stop::Phase(ok) = stop {
             if !ok || *phase.borrow() != Phase::Running {
+                stop_for_good(&app, &phase);
                 return;
             }
         }

@@ -31,9 +31,10 @@ struct Cli {
     /// Run in the background (requires pidfile in the config).
     #[arg(short = 'd', long = "daemon")]
     daemon: bool,
-    /// Online restart (PgBouncer's deprecated -R); not supported.
-    #[arg(short = 'R', long = "reboot")]
-    reboot: bool,
+    /// Take over from the running process of this config: its listening sockets, then its
+    /// clients at their next transaction boundary (PgBouncer's -R, online restart).
+    #[arg(short = 'R', long = "takeover", visible_alias = "reboot")]
+    takeover: bool,
     /// Do not log to stderr.
     #[arg(short = 'q', long = "quiet")]
     quiet: bool,
@@ -61,17 +62,16 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let Some(path) = cli.config.clone() else {
-        eprintln!("sluice: no config file given\nUsage: sluice [-d] [-q] [-v] [-u user] [-V] [-h] config.ini");
+        eprintln!("sluice: no config file given\nUsage: sluice [-d] [-q] [-v] [-u user] [-R] [-V] [-h] config.ini");
         return ExitCode::from(1);
     };
-    if cli.reboot {
-        eprintln!("sluice: -R (online restart) is not supported");
-        return ExitCode::from(1);
-    }
     let config = match sluice_config::load(&path) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("sluice: cannot load config file: {e}");
+            if cli.takeover {
+                eprintln!("sluice: no takeover; the running process keeps serving");
+            }
             return ExitCode::from(1);
         }
     };
@@ -115,7 +115,8 @@ fn main() -> ExitCode {
         };
     raise_fd_limit(s.max_client_conn);
     let pidfile = s.pidfile.clone().filter(|p| !p.is_empty());
-    if let Some(p) = &pidfile {
+    // A takeover replaces the process the pidfile names.
+    if let Some(p) = pidfile.as_ref().filter(|_| !cli.takeover) {
         if let Err(e) = sluice::process::check_pidfile(p) {
             tracing::error!("{e}");
             return ExitCode::from(1);
@@ -144,31 +145,60 @@ fn main() -> ExitCode {
         handles: worker_handles,
         clocks: worker_clocks,
     } = started;
+    let takeover = cli.takeover;
     let code = runtime.block_on(async move {
-        let listeners = match sluice::listener::bind(&config, workers) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!("{e}");
-                return ExitCode::from(1);
+        let write_pidfile = || {
+            if let Some(p) = &pidfile_to_write {
+                if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+                    tracing::error!("cannot write pidfile {p}: {e}");
+                    return false;
+                }
+                wrote.store(true, std::sync::atomic::Ordering::Relaxed);
             }
+            true
         };
-        if let Some(p) = &pidfile_to_write {
-            if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
-                tracing::error!("cannot write pidfile {p}: {e}");
+        let (listeners, successor) = if takeover {
+            // The running process hands its sockets only to a process of its own user: switch
+            // first.
+            if let Some(u) = &user {
+                if let Err(e) = switch_user(u) {
+                    tracing::error!("cannot switch to user {u}: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+            match sluice::takeover::take::connect(&config, workers).await {
+                Ok((l, s)) => (l, Some(s)),
+                Err(e) => {
+                    tracing::error!("takeover failed: {e}; the running process keeps serving");
+                    return ExitCode::from(1);
+                }
+            }
+        } else {
+            let listeners = match sluice::listener::bind(&config, workers) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    return ExitCode::from(1);
+                }
+            };
+            if !write_pidfile() {
                 return ExitCode::from(1);
             }
-            wrote.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        if let Some(u) = user {
-            if let Err(e) = switch_user(&u) {
-                tracing::error!("cannot switch to user {u}: {e}");
-                return ExitCode::from(1);
+            if let Some(u) = user {
+                if let Err(e) = switch_user(&u) {
+                    tracing::error!("cannot switch to user {u}: {e}");
+                    return ExitCode::from(1);
+                }
             }
-        }
+            (listeners, None)
+        };
         let app = match App::new(path, config, Arc::new(PgConnector::default())) {
             Ok(a) => a,
             Err(e) => {
                 tracing::error!("{e}");
+                if takeover {
+                    tracing::error!("takeover failed; the running process keeps serving");
+                }
                 return ExitCode::from(1);
             }
         };
@@ -190,8 +220,20 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
+        if let Some(s) = successor {
+            let old = s.old_pid;
+            if let Err(e) = s.take(&app).await {
+                tracing::error!("takeover failed: {e}; process {old} keeps serving");
+                return ExitCode::from(1);
+            }
+            write_pidfile();
+        }
         tokio::spawn(handle_signals(app.clone(), signals));
-        sluice::run(app, listeners).await;
+        sluice::run(app.clone(), listeners).await;
+        // A successor took over: the pidfile is its own.
+        if app.takeover.handed_over() {
+            wrote.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
         ExitCode::SUCCESS
     });
     if let Some(p) = pidfile.filter(|_| wrote_pidfile.load(std::sync::atomic::Ordering::Relaxed)) {

@@ -140,6 +140,11 @@ impl ClientStatements {
         self.map.clear();
     }
 
+    /// Every (client name, statement).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Arc<Statement>)> {
+        self.map.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
     }

@@ -250,8 +250,8 @@ pub const FDS_COLUMNS: &[(&str, Col)] = &[
     ("scram_server_key", Col::Bytea),
 ];
 
-/// SHOW FDS exists for PgBouncer's online restart (-R), which Sluice does not support: no
-/// descriptors are offered for takeover, so the list is empty.
+/// SHOW FDS exists for PgBouncer's online restart (-R). Sluice's takeover (`takeover/`) passes
+/// descriptors over its own socket, not through the console, so the list is empty.
 pub fn fds(_app: &Arc<App>) -> ResultSet {
     ResultSet::new(FDS_COLUMNS)
 }

@@ -31,6 +31,7 @@ use crate::server::query;
 use crate::session_state::policy::Feature;
 use crate::session_state::tracker::{SessionTracker, CLEANUP_SQL, PIN_CHECK_SQL, RESET_SQL};
 use crate::stats::PoolStats;
+use crate::takeover::give::Handoff;
 
 /// A logged-in client's place: its pool, its expected parameters, its cancel key.
 pub struct Session {
@@ -55,14 +56,14 @@ pub struct Session {
     /// (inline in the wait, it sized every client's session state whether the timeout was set or not).
     pub idle_sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// Leaves the pool's client count on drop.
-    pub(super) _member: PoolMember,
+    pub(crate) _member: PoolMember,
 }
 
 /// Membership in the pool's client count, and in the database's and login user's counts
 /// (max_db_client_connections, max_user_client_connections): leaves them on drop.
-pub(super) struct PoolMember {
-    pub(super) pool: Arc<Pool>,
-    pub(super) _admitted: super::limits::Admitted,
+pub(crate) struct PoolMember {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) _admitted: super::limits::Admitted,
 }
 
 impl Drop for Session {
@@ -86,14 +87,26 @@ enum Idle {
     Closed,
     Timeout,
     Shutdown,
+    /// A successor takes the clients (`takeover/`).
+    HandOver,
     Bad(String),
 }
 
-/// How a session run ends: the client is gone, or it is between transactions and should carry on
-/// on another worker (`workers::Workers::move_target`).
+/// How a session run ends: the client is gone, it is between transactions and should carry on
+/// on another worker (`workers::Workers::move_target`), or another process took it over.
 pub enum Outcome {
     End(EndReason),
     Move(usize, Box<Session>),
+    HandedOver,
+}
+
+/// How serving one request ended.
+enum Served {
+    /// The session goes on.
+    Next,
+    End(EndReason),
+    /// Idle, and a successor takes the clients: hand this one over.
+    HandOver,
 }
 
 pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -> Outcome {
@@ -102,7 +115,18 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
     // This task is the one a KILL wakes, from here on (a moved session runs on a new task): the
     // waits below then check the switch with one load (`cancelled_armed`).
     s.entry.kill.arm().await;
+    // TLS state cannot leave this process; a client the successor refused is not offered again.
+    let mut may_hand_over = !client.stream.is_tls();
     loop {
+        // Between transactions, linked to no server: a successor may take the client over.
+        // Boxed, as the other rare steps: its future would otherwise size every session's.
+        if may_hand_over && app.lifecycle.phase() == Phase::HandingOver {
+            match Box::pin(crate::takeover::give::hand_over(app, client, &s)).await {
+                Handoff::Taken => return Outcome::HandedOver,
+                Handoff::Refused => may_hand_over = false,
+                Handoff::Failed => {}
+            }
+        }
         // Between transactions (no server linked, nothing half-read): the one place a client may
         // change worker. Not while SUSPEND or a shutdown phase holds: those count on clients
         // staying where they are.
@@ -114,19 +138,21 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
             }
         }
         s.pool.refresh_settings(&mut settings);
-        if let Some(reason) = serve_request(app, client, &mut s, &settings).await {
-            return Outcome::End(reason);
+        match serve_request(app, client, &mut s, &settings, may_hand_over).await {
+            Served::Next | Served::HandOver => {}
+            Served::End(reason) => return Outcome::End(reason),
         }
     }
 }
 
-/// Wait for the next request and serve it; Some(reason) when the session ends.
+/// Wait for the next request and serve it.
 async fn serve_request(
     app: &Arc<App>,
     client: &mut ClientConn,
     s: &mut Session,
     settings: &Arc<PoolSettings>,
-) -> Option<EndReason> {
+    may_hand_over: bool,
+) -> Served {
     let max_packet = settings.connect.max_packet_size;
     let idle_limit = settings.relay.client_idle_timeout;
     s.entry.set_state(ClientState::Idle);
@@ -136,37 +162,39 @@ async fn serve_request(
         idle_limit,
         &mut s.idle_sleep,
         &app.lifecycle,
+        may_hand_over,
         &s.entry.kill,
         &s.pool.stats,
     )
     .await
     {
         Idle::Request => {}
-        Idle::Terminate | Idle::Closed => return Some(EndReason::ClientClosed),
+        Idle::Terminate | Idle::Closed => return Served::End(EndReason::ClientClosed),
         Idle::Timeout => {
-            return Some(EndReason::Error(ClientNotice::new(
+            return Served::End(EndReason::Error(ClientNotice::new(
                 sqlstate::PROTOCOL_VIOLATION,
                 "client_idle_timeout",
             )))
         }
-        Idle::Shutdown => return Some(EndReason::Shutdown),
+        Idle::Shutdown => return Served::End(EndReason::Shutdown),
+        Idle::HandOver => return Served::HandOver,
         Idle::Bad(m) => {
-            return Some(EndReason::Error(ClientNotice::new(
+            return Served::End(EndReason::Error(ClientNotice::new(
                 sqlstate::PROTOCOL_VIOLATION,
                 m,
             )))
         }
-        Idle::Killed => return Some(killed(&s.entry.kill)),
+        Idle::Killed => return Served::End(killed(&s.entry.kill)),
     }
     if app.lifecycle.phase() == Phase::WaitForServers {
-        return Some(EndReason::Shutdown);
+        return Served::End(EndReason::Shutdown);
     }
     // The request's one clock reading: its wait and the hand-out share it (and the relay's start
     // when the server is handed over at once).
     let arrived = Instant::now();
     s.entry.request_arrived(arrived.into_std());
     if s.entry.kill.is_cancelled() {
-        return Some(killed(&s.entry.kill));
+        return Served::End(killed(&s.entry.kill));
     }
     // An idle server at once needs no future (the common case below pool_size); otherwise wait
     // in line. `biased`: no random branch order to draw per request; the kill switch goes first
@@ -185,7 +213,7 @@ async fn serve_request(
             loop {
                 tokio::select! {
                     biased;
-                    _ = s.entry.kill.cancelled_armed() => return Some(killed(&s.entry.kill)),
+                    _ = s.entry.kill.cancelled_armed() => return Served::End(killed(&s.entry.kill)),
                     r = &mut wait => break r,
                     // query_wait_notify: the janitor marked this wait and nudged the task (no
                     // waker of its own: the kill switch's wakes it).
@@ -199,7 +227,7 @@ async fn serve_request(
                             &mut notice,
                         );
                         if client.stream.write_all(&notice).await.is_err() {
-                            return Some(EndReason::ClientClosed);
+                            return Served::End(EndReason::ClientClosed);
                         }
                     }
                 }
@@ -208,7 +236,7 @@ async fn serve_request(
     };
     let (mut server, handed_at) = match checkout {
         Ok(handed) => handed,
-        Err(e) => return Some(EndReason::Error(e.client_notice())),
+        Err(e) => return Served::End(EndReason::Error(e.client_notice())),
     };
     s.entry.set_state(ClientState::Active);
     s.entry.server_id.store(server.id, Ordering::Relaxed);
@@ -241,7 +269,7 @@ async fn serve_request(
                 client.label()
             );
             s.pool.discard(server);
-            return Some(EndReason::Error(invalid_server_parameter(&e)));
+            return Served::End(EndReason::Error(invalid_server_parameter(&e)));
         }
     };
     s.params_confirmed = true;
@@ -276,11 +304,14 @@ async fn serve_request(
         // The common end (transaction mode, no reset query): straight back, without building
         // `finish`'s future in the session's frame (cold memory at many clients).
         release_clean(&s.pool, server, released_at, settings);
-        return None;
+        return Served::Next;
     }
     // Boxed: its future (~820 bytes: reset queries, cleanup) was the largest part of every
     // client's session state, although the common end above does not use it.
-    Box::pin(finish(s, server, end, settings, released_at)).await
+    match Box::pin(finish(s, server, end, settings, released_at)).await {
+        Some(reason) => Served::End(reason),
+        None => Served::Next,
+    }
 }
 
 /// Ask a pinned client's server whether anything still pins the session: Some(end) ends the
@@ -523,6 +554,7 @@ async fn wait_for_request(
     idle_limit: Option<Duration>,
     idle_sleep: &mut Option<Pin<Box<Sleep>>>,
     lifecycle: &Lifecycle,
+    may_hand_over: bool,
     kill: &KillSwitch,
     stats: &PoolStats,
 ) -> Idle {
@@ -571,9 +603,11 @@ async fn wait_for_request(
             _ = sleep, if !park => return Idle::Timeout,
             // No waiter of its own: the main loop nudges every client (its kill switch's waker,
             // armed when the session started) when the phase changes, and this poll then sees it.
-            _ = poll_fn(|_| if lifecycle.phase().drops_idle_clients() { Poll::Ready(()) } else { Poll::Pending }) => {
-                return Idle::Shutdown;
-            }
+            idle = poll_fn(|_| match lifecycle.phase() {
+                p if p.drops_idle_clients() => Poll::Ready(Idle::Shutdown),
+                Phase::HandingOver if may_hand_over => Poll::Ready(Idle::HandOver),
+                _ => Poll::Pending,
+            }) => return idle,
         }
     }
 }

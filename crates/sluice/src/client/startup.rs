@@ -168,11 +168,15 @@ async fn handle_cancel(app: &Arc<App>, mut key: sluice_protocol::CancelKey) {
         // A key that came through peers has a lower TTL than the one registered.
         key = peers::with_ttl(&key, peers::TTL_MAX);
     }
+    let limit = app.config().settings.cancel_wait_timeout.as_duration();
     let Some((addr, server_key)) = app.cancels.lookup(&key) else {
-        tracing::debug!("cancel request with unknown key ignored");
+        // A client still served by the process this one took over from (mid-transaction, TLS,
+        // session mode): the cancel goes there.
+        if !app.takeover.forward_cancel(key, limit).await {
+            tracing::debug!("cancel request with unknown key ignored");
+        }
         return;
     };
-    let limit = app.config().settings.cancel_wait_timeout.as_duration();
     if let Err(e) = cancel::forward((*addr).clone(), server_key, limit).await {
         tracing::warn!("cancel request to {addr} failed: {e}");
     }

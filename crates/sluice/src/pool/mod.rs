@@ -239,6 +239,11 @@ impl Pool {
         self.kick();
     }
 
+    /// The SCRAM pass-through keys its servers log in with, if any.
+    pub fn scram_keys(&self) -> Option<ScramKeys> {
+        self.scram_keys.lock().clone()
+    }
+
     pub fn set_scram_keys(&self, keys: ScramKeys) {
         *self.scram_keys.lock() = Some(keys);
     }

@@ -154,6 +154,19 @@ impl SessionTracker {
     }
 
     /// Statements that recreate this client's parameters on another server, or None.
+    /// A tracker carrying committed changes another process recorded (`tracked_sets`).
+    pub fn restored(tracked: Vec<(String, String)>) -> Self {
+        SessionTracker {
+            tracked,
+            ..Default::default()
+        }
+    }
+
+    /// The committed changes, one per key: (key, statement that replays it).
+    pub fn tracked_sets(&self) -> &[(String, String)] {
+        &self.tracked
+    }
+
     pub fn replay_sql(&self) -> Option<String> {
         if self.tracked.is_empty() {
             return None;
