@@ -150,8 +150,8 @@ impl App {
         self.config.load_full()
     }
 
-    pub fn next_client_id(&self) -> u64 {
-        self.next_client_id.fetch_add(1, Ordering::Relaxed)
+    pub fn next_client_id(&self) -> crate::ids::ClientId {
+        crate::ids::ClientId(self.next_client_id.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Log once per key that a setting is accepted but not implemented yet.

@@ -11,6 +11,7 @@ use sluice_protocol::{encode_error, encode_error_fields, Severity};
 use tokio::io::AsyncWriteExt;
 
 use crate::error::ClientNotice;
+use crate::ids::ClientId;
 use crate::net::{PeerAddr, Stream};
 use crate::suspend::SuspendGate;
 
@@ -20,7 +21,7 @@ pub const CLIENT_READ_CHUNK: usize = 4 * 1024;
 
 /// The client's socket and buffers.
 pub struct ClientConn {
-    pub id: u64,
+    pub id: ClientId,
     pub stream: Stream,
     /// Bytes read from the client and not yet forwarded or handled.
     pub rbuf: BytesMut,
@@ -38,7 +39,7 @@ pub struct ClientConn {
 }
 
 impl ClientConn {
-    pub fn new(id: u64, stream: Stream, peer: PeerAddr, suspend: Arc<SuspendGate>) -> Self {
+    pub fn new(id: ClientId, stream: Stream, peer: PeerAddr, suspend: Arc<SuspendGate>) -> Self {
         ClientConn {
             id,
             stream,

@@ -11,6 +11,7 @@ pub mod conn;
 pub mod dispatch;
 pub mod error;
 pub mod forward;
+pub mod ids;
 pub mod json;
 pub mod keyed_hash;
 pub mod lifecycle;

@@ -6,6 +6,7 @@
 //! set (client id -> waker) sits behind a mutex touched only while suspended. Closing the gate
 //! wakes nobody by itself: SUSPEND then nudges every client task so that it looks at the gate.
 
+use crate::ids::ClientId;
 use std::collections::HashMap;
 use std::future::{poll_fn, Future};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +19,7 @@ use tokio::sync::watch;
 pub struct SuspendGate {
     suspended: AtomicBool,
     /// Clients that reached their stopped state since SUSPEND, with the waker RESUME calls.
-    parked: Mutex<HashMap<u64, Waker>>,
+    parked: Mutex<HashMap<ClientId, Waker>>,
     /// The same flag for tasks that wait on it with `.await` (the accept loops).
     watch: watch::Sender<bool>,
 }
@@ -65,7 +66,7 @@ impl SuspendGate {
 
     /// Client `id` has reached its stopped state (nothing buffered, not reading). True = stay
     /// stopped: the waker is woken on RESUME. False = not suspended (any more): go on.
-    pub fn park(&self, id: u64, cx: &mut Context<'_>) -> bool {
+    pub fn park(&self, id: ClientId, cx: &mut Context<'_>) -> bool {
         let mut parked = self.parked.lock();
         if !self.suspended.load(Ordering::Acquire) {
             return false;
@@ -81,7 +82,7 @@ impl SuspendGate {
     }
 
     /// Park client `id` until RESUME (returns at once when not suspended).
-    pub async fn parked_until_resume(&self, id: u64) {
+    pub async fn parked_until_resume(&self, id: ClientId) {
         poll_fn(|cx| {
             if self.park(id, cx) {
                 Poll::Pending
@@ -105,12 +106,12 @@ impl SuspendGate {
     }
 
     /// Whether client `id` is parked in the current SUSPEND.
-    pub fn is_parked(&self, id: u64) -> bool {
+    pub fn is_parked(&self, id: ClientId) -> bool {
         self.parked.lock().contains_key(&id)
     }
 
     /// Keep the clients of `all` (by `id`) that have not parked, under one lock.
-    pub fn unparked<T>(&self, mut all: Vec<T>, id: impl Fn(&T) -> u64) -> Vec<T> {
+    pub fn unparked<T>(&self, mut all: Vec<T>, id: impl Fn(&T) -> ClientId) -> Vec<T> {
         let parked = self.parked.lock();
         all.retain(|c| !parked.contains_key(&id(c)));
         all
@@ -139,27 +140,27 @@ mod tests {
     async fn parked_clients_wake_on_resume() {
         let g = Arc::new(SuspendGate::default());
         // Not suspended: parking returns at once and records nothing.
-        g.parked_until_resume(1).await;
-        assert!(!g.is_parked(1));
+        g.parked_until_resume(ClientId(1)).await;
+        assert!(!g.is_parked(ClientId(1)));
         g.suspend();
         assert!(g.is_suspended());
         let waiter = tokio::spawn({
             let g = g.clone();
-            async move { g.parked_until_resume(7).await }
+            async move { g.parked_until_resume(ClientId(7)).await }
         });
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !g.is_parked(7) {
+        while !g.is_parked(ClientId(7)) {
             assert!(tokio::time::Instant::now() < deadline, "never parked");
             tokio::task::yield_now().await;
         }
         assert!(!waiter.is_finished());
-        assert_eq!(g.unparked(vec![3u64, 7, 9], |c| *c), vec![3, 9]);
+        assert_eq!(g.unparked(vec![3u64, 7, 9], |c| ClientId(*c)), vec![3, 9]);
         g.resume();
         tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("woken by resume")
             .unwrap();
-        assert!(!g.is_parked(7), "resume forgets the parked set");
+        assert!(!g.is_parked(ClientId(7)), "resume forgets the parked set");
     }
 
     #[tokio::test]

@@ -233,8 +233,9 @@ fn kill(app: &App, db: Option<&str>) -> Result<(), AdminError> {
 }
 
 fn kill_client(app: &App, arg: Option<&str>) -> Result<(), AdminError> {
-    let id: u64 = arg
+    let id = arg
         .and_then(|a| a.parse().ok())
+        .map(crate::ids::ClientId)
         .ok_or_else(|| AdminError::new("invalid client pointer supplied"))?;
     let entry = app
         .registry

@@ -118,7 +118,7 @@ fn client_rows(app: &App) -> Vec<ConnRow> {
 }
 
 fn server_rows(app: &App) -> Vec<ConnRow> {
-    let links: HashMap<u64, u64> = app
+    let links: HashMap<u64, crate::ids::ClientId> = app
         .registry
         .all()
         .iter()
@@ -170,7 +170,7 @@ fn server_rows(app: &App) -> Vec<ConnRow> {
                     text(format!("S-{}", r.id)),
                     text(
                         links
-                            .get(&r.id)
+                            .get(&r.id.0)
                             .map(|c| format!("C-{c}"))
                             .unwrap_or_default(),
                     ),

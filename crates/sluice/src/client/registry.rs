@@ -10,6 +10,7 @@ use std::time::{Instant, SystemTime};
 use super::kill::KillSwitch;
 use parking_lot::Mutex;
 
+use crate::ids::ClientId;
 use crate::keyed_hash::OwnKeys;
 use crate::net::PeerAddr;
 use crate::stamp::Stamp;
@@ -65,7 +66,7 @@ pub struct ClientEntry {
     /// Cancelled to make the client disconnect ("admin forced disconnect"). Its flag comes
     /// first (`KillSwitch` is `repr(C)`) and ends the hot line.
     pub kill: KillSwitch,
-    pub id: u64,
+    pub id: ClientId,
     pub peer: PeerAddr,
     /// (database, user) once logged in.
     pub identity: OnceLock<(String, String)>,
@@ -139,15 +140,15 @@ impl ClientEntry {
 
 #[derive(Debug, Default)]
 pub struct ClientRegistry {
-    clients: Mutex<HashMap<u64, Arc<ClientEntry>, OwnKeys>>,
+    clients: Mutex<HashMap<ClientId, Arc<ClientEntry>, OwnKeys>>,
     /// The clients still in their login phase (`InLogin`), which the janitor holds to
     /// client_login_timeout (`expire_logins`): a small set, where a timer per login cost
     /// ~1,000 instructions of every login (registered in tokio's wheel, and removed again).
-    logging_in: Mutex<HashMap<u64, Arc<ClientEntry>, OwnKeys>>,
+    logging_in: Mutex<HashMap<ClientId, Arc<ClientEntry>, OwnKeys>>,
 }
 
 impl ClientRegistry {
-    pub fn register(self: &Arc<Self>, id: u64, peer: PeerAddr) -> Registration {
+    pub fn register(self: &Arc<Self>, id: ClientId, peer: PeerAddr) -> Registration {
         let entry = Arc::new(ClientEntry {
             id,
             peer,
@@ -170,7 +171,7 @@ impl ClientRegistry {
         }
     }
 
-    pub fn get(&self, id: u64) -> Option<Arc<ClientEntry>> {
+    pub fn get(&self, id: ClientId) -> Option<Arc<ClientEntry>> {
         self.clients.lock().get(&id).cloned()
     }
 
@@ -221,7 +222,7 @@ impl Drop for Registration {
 /// A client in its login phase (see `ClientRegistry::login_started`); the phase ends on drop.
 #[derive(Debug)]
 pub struct InLogin {
-    id: u64,
+    id: ClientId,
     registry: Arc<ClientRegistry>,
 }
 
@@ -241,8 +242,8 @@ mod tests {
         use super::super::kill::KillReason;
         use std::time::Duration;
         let registry = Arc::new(ClientRegistry::default());
-        let old = registry.register(1, PeerAddr::Unix { pid: None });
-        let logged_in = registry.register(2, PeerAddr::Unix { pid: None });
+        let old = registry.register(ClientId(1), PeerAddr::Unix { pid: None });
+        let logged_in = registry.register(ClientId(2), PeerAddr::Unix { pid: None });
         let _old_login = registry.login_started(&old.entry);
         drop(registry.login_started(&logged_in.entry));
         let t = Duration::from_secs(60);

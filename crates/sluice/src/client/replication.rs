@@ -156,7 +156,7 @@ pub async fn run(
     encode_ready_for_query(server.status, &mut welcome);
     entry
         .server_id
-        .store(server.id, std::sync::atomic::Ordering::Relaxed);
+        .store(server.id.0, std::sync::atomic::Ordering::Relaxed);
     entry.set_state(ClientState::Active);
     let ended = tokio::select! {
         biased;

@@ -239,7 +239,7 @@ async fn serve_request(
         Err(e) => return Served::End(EndReason::Error(e.client_notice())),
     };
     s.entry.set_state(ClientState::Active);
-    s.entry.server_id.store(server.id, Ordering::Relaxed);
+    s.entry.server_id.store(server.id.0, Ordering::Relaxed);
     // The relay's first clock reading: when the server was linked (query and transaction times
     // count from there, as PgBouncer's do: the wait is wait_time), after any queries it needed.
     let prepared = match server_prep(app, client.id, s, &mut server) {
@@ -297,7 +297,7 @@ async fn serve_request(
     s.entry.server_id.store(0, Ordering::Relaxed);
     sync_pin_count(s);
     if s.tracker.take_touched() || s.tracker.has_tracked() {
-        server.gucs_owner = client.id;
+        server.gucs_owner = Some(client.id);
         server.gucs_dirty = true;
     }
     if matches!(end, RelayEnd::Released | RelayEnd::PinCheck) && release_reset(settings).is_none() {
@@ -373,15 +373,20 @@ enum Prep {
 /// them would run anyway (the client is then ended with the error). So only once a server has
 /// accepted this client's values (`Session::params_confirmed`; the tracker's replay holds only
 /// statements that committed), and never for a replay that changes the role.
-fn server_prep(app: &App, client_id: u64, s: &Session, server: &mut PooledServer) -> Prep {
-    let carries_mine = server.gucs_dirty && server.gucs_owner == client_id;
+fn server_prep(
+    app: &App,
+    client_id: crate::ids::ClientId,
+    s: &Session,
+    server: &mut PooledServer,
+) -> Prep {
+    let carries_mine = server.gucs_dirty && server.gucs_owner == Some(client_id);
     // Another client's changes to undo and/or this client's to replay.
     let replay = !carries_mine && (server.gucs_dirty || s.tracker.has_tracked());
     let sql = catch_up_sql(app, s, server, replay);
     if replay {
         server.gucs_dirty = s.tracker.has_tracked();
     }
-    server.gucs_owner = client_id;
+    server.gucs_owner = Some(client_id);
     match sql {
         None => Prep::Ready,
         Some(sql) if s.params_confirmed && !(replay && s.tracker.replays_identity()) => {

@@ -144,7 +144,7 @@ pub struct Relay<'a> {
     client_stream: &'a mut Stream,
     server_stream: &'a mut Stream,
     suspend: &'a SuspendGate,
-    client_id: u64,
+    client_id: crate::ids::ClientId,
     core: RelayCore<'a>,
     deadline: Option<Instant>,
     /// Created the first time a deadline applies: most relays (no timeouts set, or a transaction

@@ -72,7 +72,7 @@ impl Connector for PgConnector {
         keys: Option<ScramKeys>,
         opts: ConnectOptions,
     ) -> ConnectFuture {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = crate::ids::ServerId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let book = self.facts.clone();
         Box::pin(async move {
             let mut conn = connect::open(id, &target, keys.as_ref(), &opts).await?;
@@ -96,7 +96,7 @@ impl Connector for PgConnector {
         keys: Option<ScramKeys>,
         opts: ConnectOptions,
     ) -> ConnectFuture {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = crate::ids::ServerId(self.next_id.fetch_add(1, Ordering::Relaxed));
         Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts).await })
     }
 

@@ -131,7 +131,7 @@ pub struct Pool {
     pinned: AtomicUsize,
     /// What pinned each of them (client id -> the first feature that did), for the advisor;
     /// written when a client becomes pinned or unpinned, never per transaction.
-    pinned_by: Mutex<std::collections::HashMap<u64, Feature>>,
+    pinned_by: Mutex<std::collections::HashMap<crate::ids::ClientId, Feature>>,
     settings: ArcSwap<PoolSettings>,
     /// Bumped after every `update_settings` store (`refresh_settings`).
     settings_version: AtomicU64,
@@ -298,8 +298,13 @@ impl Pool {
     }
 
     /// A server that must not be reused: its pool's login changed, or RECONNECT asked for it.
-    pub fn close_needed(&self, id: u64, generation: u64, settings: &PoolSettings) -> bool {
-        generation != settings.generation || id <= self.close_upto.load(Ordering::Relaxed)
+    pub fn close_needed(
+        &self,
+        id: crate::ids::ServerId,
+        generation: u64,
+        settings: &PoolSettings,
+    ) -> bool {
+        generation != settings.generation || id.0 <= self.close_upto.load(Ordering::Relaxed)
     }
 
     /// Servers still open that are due to close (WAIT_CLOSE waits for none).
@@ -361,7 +366,7 @@ impl Pool {
     }
 
     /// Client `client` became pinned by `by` (`Some`) or unpinned (`None`).
-    pub fn pin_changed(&self, client: u64, by: Option<Feature>) {
+    pub fn pin_changed(&self, client: crate::ids::ClientId, by: Option<Feature>) {
         use std::sync::atomic::Ordering::Relaxed;
         let mut kinds = self.pinned_by.lock();
         match by {

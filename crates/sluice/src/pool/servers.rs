@@ -2,6 +2,8 @@
 //! long as its connection: the `ServerTracker` rides in the connection's slots and removes it on drop.
 
 use std::collections::BTreeMap;
+
+use crate::ids::ServerId;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -25,7 +27,7 @@ pub enum ServerState {
 /// What SHOW SERVERS reports about one connection.
 #[derive(Debug)]
 pub struct ServerRecord {
-    pub id: u64,
+    pub id: ServerId,
     pub addr: String,
     pub peer_port: Option<u16>,
     pub local: Option<SocketAddr>,
@@ -69,7 +71,7 @@ impl ServerRecord {
 /// All live servers of one pool, by id.
 #[derive(Debug, Default)]
 pub struct ServerBook {
-    map: Mutex<BTreeMap<u64, Arc<ServerRecord>>>,
+    map: Mutex<BTreeMap<ServerId, Arc<ServerRecord>>>,
 }
 
 impl ServerBook {
@@ -111,7 +113,7 @@ impl ServerBook {
         }
     }
 
-    pub fn get(&self, id: u64) -> Option<Arc<ServerRecord>> {
+    pub fn get(&self, id: ServerId) -> Option<Arc<ServerRecord>> {
         self.map.lock().get(&id).cloned()
     }
 
@@ -120,7 +122,7 @@ impl ServerBook {
     }
 
     pub fn max_id(&self) -> u64 {
-        self.map.lock().keys().next_back().copied().unwrap_or(0)
+        self.map.lock().keys().next_back().map_or(0, |id| id.0)
     }
 }
 

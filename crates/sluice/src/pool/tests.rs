@@ -49,7 +49,7 @@ impl Connector for Arc<FakeConnector> {
             me.peers.lock().push(b);
             let id = me.opened.fetch_add(1, Ordering::SeqCst) as u64 + 1;
             Ok(ServerConn::new(
-                id,
+                crate::ids::ServerId(id),
                 Stream::Unix(a),
                 ServerAddr::Unix {
                     path: "/fake".into(),

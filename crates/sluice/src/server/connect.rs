@@ -27,7 +27,7 @@ pub struct ConnectOptions {
 
 /// Connect and log in. The result is idle (ReadyForQuery 'I').
 pub async fn open(
-    id: u64,
+    id: crate::ids::ServerId,
     target: &ServerTarget,
     keys: Option<&ScramKeys>,
     opts: &ConnectOptions,

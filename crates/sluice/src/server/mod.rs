@@ -23,7 +23,7 @@ pub use target::{ServerAddr, ServerTarget};
 /// a connect task, or the client task it is linked to.
 #[derive(Debug)]
 pub struct ServerConn {
-    pub id: u64,
+    pub id: crate::ids::ServerId,
     pub stream: Stream,
     /// Bytes read from the server and not yet handled.
     pub rbuf: BytesMut,
@@ -45,7 +45,7 @@ pub struct ServerConn {
     pub prepared: Box<ServerStatements>,
     /// A client changed session parameters here (transaction mode); `gucs_owner` is that client.
     pub gucs_dirty: bool,
-    pub gucs_owner: u64,
+    pub gucs_owner: Option<crate::ids::ClientId>,
     /// Set when the connection is TLS.
     pub tls: Option<crate::tls::connector::ServerTlsInfo>,
     /// The worker whose IO driver the socket is registered with (see `workers`).
@@ -54,7 +54,7 @@ pub struct ServerConn {
 
 impl ServerConn {
     /// `id`: the connection's number, from its pool's connector.
-    pub fn new(id: u64, stream: Stream, addr: ServerAddr) -> Self {
+    pub fn new(id: crate::ids::ServerId, stream: Stream, addr: ServerAddr) -> Self {
         let now = Instant::now();
         ServerConn {
             id,
@@ -70,7 +70,7 @@ impl ServerConn {
             slots: None,
             prepared: Box::default(),
             gucs_dirty: false,
-            gucs_owner: 0,
+            gucs_owner: None,
             tls: None,
             home: crate::workers::current(),
         }

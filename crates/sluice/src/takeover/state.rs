@@ -25,7 +25,7 @@ use crate::targets;
 pub fn capture(client: &ClientConn, s: &Session) -> ClientState {
     let (database, user) = s.entry.identity.get().cloned().unwrap_or_default();
     ClientState {
-        id: client.id,
+        id: client.id.0,
         peer: client.peer.clone(),
         local_addr: s.entry.local_addr.get().copied(),
         database,
