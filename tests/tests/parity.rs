@@ -22,6 +22,8 @@ mod lifecycle;
 mod prepared;
 #[path = "parity/replication.rs"]
 mod replication;
+#[path = "parity/pool_sizes.rs"]
+mod pool_sizes;
 #[path = "parity/startup_options.rs"]
 mod startup_options;
 

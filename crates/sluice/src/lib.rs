@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod net;
 pub mod peers;
 pub mod pool;
+pub mod prefill;
 pub mod prepared;
 pub mod process;
 pub mod server;
@@ -194,6 +195,7 @@ async fn janitor_loop(app: Arc<App>) {
                 idle_timeout: cfg.settings.autodb_idle_timeout.as_duration(),
                 paused: &|db| app.control.db_paused(db),
             };
+            prefill::forced_user_pools(&app);
             pool::janitor::tick(&app.pools, &auto);
         }
         // query_wait_notify, about once a second: a client queued that long is told so.
