@@ -26,6 +26,8 @@ mod replication;
 mod pool_sizes;
 #[path = "parity/startup_options.rs"]
 mod startup_options;
+#[path = "parity/timeouts.rs"]
+mod timeouts;
 
 use std::time::Duration;
 

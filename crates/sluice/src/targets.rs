@@ -165,9 +165,11 @@ pub fn pool_settings(
         Some(s) => Some(Duration::from_secs(s.into())),
         None => Some(g.server_lifetime.as_duration().unwrap_or(Duration::ZERO)),
     };
+    // A [users] timeout overrides the global one; 0 there means "not set", as in PgBouncer
+    // (the global value applies), not "no limit".
     let user_override = |f: fn(&sluice_config::UserEntry) -> Option<u32>,
                          global: Option<Duration>| {
-        match u.and_then(f) {
+        match u.and_then(f).filter(|&v| v > 0) {
             Some(v) => secs(v),
             None => global,
         }

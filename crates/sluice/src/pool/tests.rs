@@ -29,6 +29,8 @@ struct FakeConnector {
     delay: Duration,
     fail: Mutex<Option<ErrorFields>>,
     opened: AtomicUsize,
+    /// Every connect, failed or not.
+    tried: AtomicUsize,
     peers: Mutex<Vec<UnixStream>>,
 }
 
@@ -41,6 +43,7 @@ impl Connector for Arc<FakeConnector> {
     ) -> ConnectFuture {
         let me = self.clone();
         Box::pin(async move {
+            me.tried.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(me.delay).await;
             if let Some(f) = me.fail.lock().clone() {
                 return Err(ServerError::Login(Box::new(f)));
@@ -219,7 +222,7 @@ async fn reserve_pool_after_reserve_pool_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn login_rejection_fails_waiters_then_fast_fails_until_retry() {
+async fn login_rejection_of_a_new_pool_fails_each_client_with_the_servers_error() {
     let f = fake(10);
     *f.fail.lock() = Some(ErrorFields {
         severity: "FATAL".into(),
@@ -228,20 +231,54 @@ async fn login_rejection_fails_waiters_then_fast_fails_until_retry() {
         ..Default::default()
     });
     let pool = pool_with(settings(2, 0), &f, ConnCounter::new());
+    for _ in 0..2 {
+        match pool.checkout().await {
+            Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "28P01"),
+            other => panic!("expected rejection, got {:?}", other.map(|s| s.id)),
+        }
+    }
+    assert_eq!(f.tried.load(Ordering::SeqCst), 2, "each client tries again");
+    *f.fail.lock() = None;
+    assert!(pool.checkout().await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_logins_after_a_server_fast_fail_and_retry_after_server_login_retry() {
+    let f = fake(10);
+    let pool = pool_with(settings(2, 0), &f, ConnCounter::new());
+    drop(pool.checkout().await.unwrap());
+    // The server goes; its next logins are refused.
+    pool.close_idle();
+    *f.fail.lock() = Some(ErrorFields {
+        severity: "FATAL".into(),
+        code: "53300".into(),
+        message: "sorry, too many clients already".into(),
+        ..Default::default()
+    });
     match pool.checkout().await {
-        Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "28P01"),
+        Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "53300"),
         other => panic!("expected rejection, got {:?}", other.map(|s| s.id)),
     }
+    match pool.checkout().await {
+        Err(PoolError::LoginFailing(m)) => assert_eq!(m, "sorry, too many clients already"),
+        other => panic!("expected the cached error, got {:?}", other.map(|s| s.id)),
+    }
+    assert_eq!(
+        f.tried.load(Ordering::SeqCst),
+        2,
+        "no new try before the retry time"
+    );
+    *f.fail.lock() = None;
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    // Still the cached error (the last try failed), but this request starts a new try...
     assert!(matches!(
         pool.checkout().await,
         Err(PoolError::LoginFailing(_))
     ));
-    *f.fail.lock() = None;
-    tokio::time::sleep(Duration::from_secs(16)).await;
-    assert!(
-        pool.checkout().await.is_ok(),
-        "after server_login_retry a new login is tried"
-    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(f.tried.load(Ordering::SeqCst), 3);
+    // ... whose server the next client gets.
+    assert!(pool.checkout().await.is_ok());
 }
 
 #[tokio::test(start_paused = true)]

@@ -13,7 +13,7 @@ use super::{login, query, ServerAddr, ServerConn, ServerTarget};
 use crate::error::ServerError;
 use crate::net::socket::{tune_tcp, TcpTuning};
 use crate::net::Stream;
-use crate::tls::ServerTls;
+use crate::tls::{ServerTls, ServerTlsError};
 
 /// Settings that shape every new server connection.
 #[derive(Debug, Clone)]
@@ -41,10 +41,12 @@ pub async fn open(
             ServerAddr::Tcp { host, port } => {
                 let s = TcpStream::connect((host.as_str(), *port)).await?;
                 tune_tcp(&s, &opts.tcp);
-                opts.tls
-                    .connect(s, host)
-                    .await
-                    .map_err(|e| ServerError::Tls(e.to_string()))?
+                opts.tls.connect(s, host).await.map_err(|e| match e {
+                    // The server went away while asked for TLS: a network failure (retried after
+                    // server_login_retry), not a refusal.
+                    ServerTlsError::Io(io) => ServerError::Io(io),
+                    e => ServerError::Tls(e.to_string()),
+                })?
             }
             ServerAddr::Unix { path } => (Stream::Unix(UnixStream::connect(path).await?), None),
         };
