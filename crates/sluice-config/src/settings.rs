@@ -67,7 +67,7 @@ declare_settings! {
         peer_id: u16 = "0", reloadable, supported, "Id of this process in a peer group; 0 = peering off.";
         pidfile: Option<String> = "", fixed, supported, "PID file; unset = none.";
         pkt_buf: u32 = "4096", fixed, unsupported, "Per-connection I/O buffer size (bytes).";
-        pool_idle_timeout: Seconds = "0", reloadable, unsupported, "Seconds after which a pool without clients or servers is freed; 0 = off.";
+        pool_idle_timeout: Seconds = "0", reloadable, supported, "Seconds after which a pool without clients or servers is freed; 0 = off.";
         pool_mode: PoolMode = "session", reloadable, supported, "When a server goes back to the pool: session, transaction, statement.";
         query_timeout: Seconds = "0", reloadable, supported, "Seconds a query may run before its server connection is closed; 0 = no limit.";
         query_wait_notify: u32 = "5", reloadable, supported, "Whole seconds a queued client waits before a NOTICE tells it so; 0 = off.";

@@ -196,7 +196,8 @@ async fn janitor_loop(app: Arc<App>) {
                 paused: &|db| app.control.db_paused(db),
             };
             prefill::forced_user_pools(&app);
-            pool::janitor::tick(&app.pools, &auto);
+            let pool_idle = cfg.settings.pool_idle_timeout.as_duration();
+            pool::janitor::tick(&app.pools, &auto, pool_idle);
         }
         // query_wait_notify, about once a second: a client queued that long is told so.
         ticks = ticks.wrapping_add(1);

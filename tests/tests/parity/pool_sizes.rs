@@ -3,7 +3,8 @@
 //! that a count is one pooler's. PgBouncer 1.25.2's janitor opens servers one at a time until a
 //! pool holds min_pool_size (never more than its pool size), for a pool with a client or with a
 //! forced user (whose pool it makes at start, without clients), within max_db_connections and
-//! max_user_connections; server_idle_timeout never closes one below it.
+//! max_user_connections; server_idle_timeout never closes one below it. pool_idle_timeout frees a
+//! pool without clients and servers (SHOW POOLS).
 
 use std::time::Duration;
 
@@ -272,5 +273,52 @@ async fn min_pool_size_is_kept_as_pgbouncer_keeps_it() {
         Some(Duration::from_secs(2)),
     )
     .await;
+    report(&results);
+}
+
+/// Pools SHOW POOLS lists after a client of `app` came and went, at once and after `wait`; then
+/// with a new client.
+async fn pools_after_a_client(port: u16, wait: Duration) -> (String, String, String) {
+    drop(hold(port, &["trust_user@app"]).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let now = pools_shown(port).await;
+    tokio::time::sleep(wait).await;
+    let later = pools_shown(port).await;
+    let _again = hold(port, &["trust_user@app"]).await;
+    (now, later, pools_shown(port).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_pools_are_freed_as_pgbouncer_frees_them() {
+    let mut results = Vec::new();
+    for (label, extra) in [
+        // No clients and no servers (server_idle_timeout closed it) for pool_idle_timeout.
+        (
+            "pool_idle_timeout=1",
+            "pool_idle_timeout = 1\nserver_idle_timeout = 1",
+        ),
+        // An idle server still open keeps the pool.
+        ("pool_idle_timeout=1, server kept", "pool_idle_timeout = 1"),
+        // Off by default.
+        ("pool_idle_timeout unset", "server_idle_timeout = 1"),
+    ] {
+        let Some(p) = super::pair_with(
+            &format!("auth_type = trust\nadmin_users = admin\n{extra}"),
+            super::DB,
+            USERS,
+            &[],
+        ) else {
+            eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
+            return;
+        };
+        let wait = Duration::from_secs(4);
+        let ((a1, a2, a3), (b1, b2, b3)) = tokio::join!(
+            pools_after_a_client(p.pgb.port, wait),
+            pools_after_a_client(p.sl.port, wait)
+        );
+        results.push((format!("{label}: at once"), a1, b1));
+        results.push((format!("{label}: after {wait:?}"), a2, b2));
+        results.push((format!("{label}: a new client"), a3, b3));
+    }
     report(&results);
 }

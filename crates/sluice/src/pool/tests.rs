@@ -21,6 +21,7 @@ use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::workers::cross::CrossEvent;
 
+mod retry;
 mod workers;
 
 /// Opens "servers" after `delay`; fails with a login error while `fail` is set.
@@ -219,66 +220,6 @@ async fn reserve_pool_after_reserve_pool_timeout() {
         "{waited:?}"
     );
     assert_eq!(f.opened.load(Ordering::SeqCst), 2);
-}
-
-#[tokio::test(start_paused = true)]
-async fn login_rejection_of_a_new_pool_fails_each_client_with_the_servers_error() {
-    let f = fake(10);
-    *f.fail.lock() = Some(ErrorFields {
-        severity: "FATAL".into(),
-        code: "28P01".into(),
-        message: "password authentication failed".into(),
-        ..Default::default()
-    });
-    let pool = pool_with(settings(2, 0), &f, ConnCounter::new());
-    for _ in 0..2 {
-        match pool.checkout().await {
-            Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "28P01"),
-            other => panic!("expected rejection, got {:?}", other.map(|s| s.id)),
-        }
-    }
-    assert_eq!(f.tried.load(Ordering::SeqCst), 2, "each client tries again");
-    *f.fail.lock() = None;
-    assert!(pool.checkout().await.is_ok());
-}
-
-#[tokio::test(start_paused = true)]
-async fn failing_logins_after_a_server_fast_fail_and_retry_after_server_login_retry() {
-    let f = fake(10);
-    let pool = pool_with(settings(2, 0), &f, ConnCounter::new());
-    drop(pool.checkout().await.unwrap());
-    // The server goes; its next logins are refused.
-    pool.close_idle();
-    *f.fail.lock() = Some(ErrorFields {
-        severity: "FATAL".into(),
-        code: "53300".into(),
-        message: "sorry, too many clients already".into(),
-        ..Default::default()
-    });
-    match pool.checkout().await {
-        Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "53300"),
-        other => panic!("expected rejection, got {:?}", other.map(|s| s.id)),
-    }
-    match pool.checkout().await {
-        Err(PoolError::LoginFailing(m)) => assert_eq!(m, "sorry, too many clients already"),
-        other => panic!("expected the cached error, got {:?}", other.map(|s| s.id)),
-    }
-    assert_eq!(
-        f.tried.load(Ordering::SeqCst),
-        2,
-        "no new try before the retry time"
-    );
-    *f.fail.lock() = None;
-    tokio::time::sleep(Duration::from_secs(16)).await;
-    // Still the cached error (the last try failed), but this request starts a new try...
-    assert!(matches!(
-        pool.checkout().await,
-        Err(PoolError::LoginFailing(_))
-    ));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(f.tried.load(Ordering::SeqCst), 3);
-    // ... whose server the next client gets.
-    assert!(pool.checkout().await.is_ok());
 }
 
 #[tokio::test(start_paused = true)]
@@ -544,17 +485,17 @@ async fn idle_auto_databases_are_freed_after_the_timeout() {
     let _app = pools.get_or_create("app", "u", || settings(2, 0));
     let a = pools.get_or_create("auto", "u", || settings(2, 0));
     a.client_joined();
-    super::janitor::tick(&pools, &auto);
+    super::janitor::tick(&pools, &auto, None);
     assert!(!pools.is_idle_auto("auto"));
     a.client_left();
-    super::janitor::tick(&pools, &auto);
+    super::janitor::tick(&pools, &auto, None);
     assert!(pools.is_idle_auto("auto") && !pools.is_idle_auto("app"));
     paused.store(true, Ordering::SeqCst);
     tokio::time::advance(Duration::from_secs(11)).await;
-    super::janitor::tick(&pools, &auto);
+    super::janitor::tick(&pools, &auto, None);
     assert!(!a.is_removed(), "a paused database is kept");
     paused.store(false, Ordering::SeqCst);
-    super::janitor::tick(&pools, &auto);
+    super::janitor::tick(&pools, &auto, None);
     assert!(a.is_removed());
     assert_eq!(pools.all().len(), 1, "only app's pool is left");
     assert!(!pools.is_idle_auto("auto"));
