@@ -22,6 +22,8 @@ mod lifecycle;
 mod prepared;
 #[path = "parity/replication.rs"]
 mod replication;
+#[path = "parity/hosts.rs"]
+mod hosts;
 #[path = "parity/pool_sizes.rs"]
 mod pool_sizes;
 #[path = "parity/startup_options.rs"]
@@ -101,6 +103,10 @@ const DELIBERATE: &[(&str, &str)] = &[
     (
         "WAIT_FOR_SERVERS: the idle client's query",
         "an idle client is told at once (FATAL 57P01 'server shutting down') and let go when a safe shutdown starts, as PostgreSQL tells its sessions; PgBouncer tells it at its next query (08P01): either way it runs nothing more",
+    ),
+    (
+        "a port per host",
+        "`port=p1,p2` gives each host of `host=` its port, as in libpq (PgBouncer 1.25.2 reads the first number and uses it for every host)",
     ),
     (
         "duplicate prepared statement",

@@ -106,8 +106,8 @@ fn server_target(
     login_user: &str,
     user_secret: Option<StoredSecret>,
 ) -> ServerTarget {
-    let port = db.port.unwrap_or(5432);
-    let addrs = ServerAddr::parse_hosts(db.host.as_deref(), port, &cfg.settings.unix_socket_dir);
+    let addrs =
+        ServerAddr::parse_host_list(db.host.as_deref(), &db.ports, &cfg.settings.unix_socket_dir);
     let secret = match (&db.user, &db.password) {
         (Some(_), Some(pw)) => Some(StoredSecret::parse(pw)),
         _ => user_secret,
@@ -131,6 +131,7 @@ fn server_target(
         startup,
         db.connect_query.clone(),
     )
+    .with_balance(db.load_balance_hosts.unwrap_or_default())
 }
 
 /// Effective settings of the pool (db, login_user): the one place pool settings are built (new

@@ -17,7 +17,7 @@ use super::{bad_input_common, console, pair_with, report, USERS};
 /// What the fake server does with each new connection (switched while it runs).
 #[derive(Clone, Copy, PartialEq)]
 #[repr(u8)]
-enum Behaviour {
+pub(super) enum Behaviour {
     /// Relay to the test's PostgreSQL.
     Pass = 0,
     /// Accept, read, never answer.
@@ -30,8 +30,8 @@ enum Behaviour {
 
 /// A server on a free port of 127.0.0.1 that counts the connections it gets: a relay to the
 /// test's PostgreSQL, or a server that never answers or refuses every login.
-struct FakeServer {
-    port: u16,
+pub(super) struct FakeServer {
+    pub(super) port: u16,
     accepted: Arc<AtomicUsize>,
     mode: Arc<AtomicU8>,
     task: tokio::task::JoinHandle<()>,
@@ -55,8 +55,13 @@ fn too_many_clients() -> Vec<u8> {
 }
 
 impl FakeServer {
-    async fn start(how: Behaviour) -> FakeServer {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    pub(super) async fn start(how: Behaviour) -> FakeServer {
+        Self::start_at("127.0.0.1:0", how).await
+    }
+
+    /// On `addr` (`127.0.0.2:<port>`: a second host with the same port).
+    pub(super) async fn start_at(addr: &str, how: Behaviour) -> FakeServer {
+        let l = TcpListener::bind(addr).await.unwrap();
         let port = l.local_addr().unwrap().port();
         let accepted = Arc::new(AtomicUsize::new(0));
         let mode = Arc::new(AtomicU8::new(how as u8));
@@ -98,11 +103,11 @@ impl FakeServer {
         }
     }
 
-    fn set(&self, how: Behaviour) {
+    pub(super) fn set(&self, how: Behaviour) {
         self.mode.store(how as u8, Ordering::SeqCst);
     }
 
-    fn accepted(&self) -> usize {
+    pub(super) fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
 }

@@ -157,7 +157,7 @@ impl Pool {
         let rejected = e.is_login_rejection();
         let notice: Option<ClientNotice> = rejected.then(|| e.client_notice());
         let welcomed = self.welcome.lock().is_some();
-        {
+        let none_logged_in = {
             let mut st = self.state.lock();
             connecting.finish(&mut st);
             st.failure = Some(LoginFailure {
@@ -166,8 +166,11 @@ impl Pool {
                 gated: welcomed || !rejected,
             });
             self.failing.store(true, Ordering::Relaxed);
-        }
-        let waiters: Vec<Waiter> = if notice.is_some() {
+            self.servers.current() <= st.connecting
+        };
+        // While other servers of the pool work (another host of a list), the waiters stay in line
+        // for them, as PgBouncer's do; with none, they get the server's refusal.
+        let waiters: Vec<Waiter> = if notice.is_some() && none_logged_in {
             self.drain_waiters()
         } else {
             Vec::new()

@@ -32,11 +32,11 @@ pub async fn open(
     keys: Option<&ScramKeys>,
     opts: &ConnectOptions,
 ) -> Result<ServerConn, ServerError> {
+    let Some((index, addr)) = target.pick_addr() else {
+        return Err(ServerError::Unexpected("database has no host".into()));
+    };
+    let addr = addr.clone();
     let work = async {
-        let addr = target
-            .pick_addr()
-            .ok_or_else(|| ServerError::Unexpected("database has no host".into()))?
-            .clone();
         let (stream, tls) = match &addr {
             ServerAddr::Tcp { host, port } => {
                 let s = TcpStream::connect((host.as_str(), *port)).await?;
@@ -72,8 +72,12 @@ pub async fn open(
         }
         Ok(conn)
     };
-    match tokio::time::timeout(opts.connect_timeout, work).await {
+    let r = match tokio::time::timeout(opts.connect_timeout, work).await {
         Ok(r) => r,
         Err(_) => Err(ServerError::ConnectTimeout),
+    };
+    if r.is_err() {
+        target.connect_failed(index);
     }
+    r
 }
