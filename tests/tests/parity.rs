@@ -22,6 +22,8 @@ mod lifecycle;
 mod prepared;
 #[path = "parity/replication.rs"]
 mod replication;
+#[path = "parity/fast_close.rs"]
+mod fast_close;
 #[path = "parity/hosts.rs"]
 mod hosts;
 #[path = "parity/pool_sizes.rs"]

@@ -127,3 +127,28 @@ async fn host_lists_match_pgbouncer() {
     run(r, "a port per host", ports, Behaviour::Pass).await;
     report(&results);
 }
+
+/// Log in and query a database whose host name does not resolve: what a client sees.
+async fn unresolvable(port: u16) -> String {
+    let (r, _held) = clients(port, 1).await;
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_name_that_does_not_resolve_matches_pgbouncer() {
+    let Some(p) = pair_with(
+        "auth_type = trust\nserver_login_retry = 1\nquery_wait_timeout = 3",
+        "app = host=nosuchhost.invalid port=5432 dbname=app",
+        USERS,
+        &[],
+    ) else {
+        eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
+        return;
+    };
+    let mut results = Vec::new();
+    for step in ["first client", "second client"] {
+        let (a, b) = tokio::join!(unresolvable(p.pgb.port), unresolvable(p.sl.port));
+        results.push((format!("host does not resolve: {step}"), a, b));
+    }
+    report(&results);
+}
