@@ -149,6 +149,7 @@ const SUPPORTED: &[&str] = &[
     "user",
     "pool_mode",
     "pool_idle_timeout",
+    "server_fast_close",
     "max_client_conn",
     "default_pool_size",
     "min_pool_size",

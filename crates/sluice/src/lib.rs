@@ -10,6 +10,7 @@ pub mod client;
 pub mod conn;
 pub mod dispatch;
 pub mod error;
+pub mod fast_close;
 pub mod forward;
 pub mod json;
 pub mod keyed_hash;
@@ -196,6 +197,7 @@ async fn janitor_loop(app: Arc<App>) {
                 paused: &|db| app.control.db_paused(db),
             };
             prefill::forced_user_pools(&app);
+            fast_close::sweep(&app);
             let pool_idle = cfg.settings.pool_idle_timeout.as_duration();
             pool::janitor::tick(&app.pools, &auto, pool_idle);
         }

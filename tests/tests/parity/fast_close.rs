@@ -1,11 +1,9 @@
 //! Servers due to close in session mode, side by side: a RELOAD that changes a database's
 //! connection settings (here connect_query) marks the servers of its linked session clients
-//! close_needed (SHOW SERVERS), and with server_fast_close off (the default) the clients keep them,
-//! idle or in a transaction, until they leave.
-//!
-//! Not compared yet: server_fast_close = 1, with which PgBouncer 1.25.2 closes an idle session
-//! client linked to such a server within a janitor pass (`FATAL 08P01 database configuration
-//! changed`); Sluice accepts the key and ignores it (docs/compat.md).
+//! close_needed (SHOW SERVERS). With server_fast_close off (the default) the clients keep them,
+//! idle or in a transaction, until they leave; with it on, PgBouncer 1.25.2's janitor closes an
+//! idle one with its server (`FATAL 08P01 database configuration changed`), and one in a
+//! transaction once the transaction is over.
 
 use std::time::Duration;
 
@@ -85,13 +83,18 @@ async fn steps(port: u16, trigger: impl FnOnce()) -> Vec<(&'static str, String)>
         "in a transaction: after",
         query(&mut in_tx, "SELECT 1").await,
     ));
+    seen.push((
+        "in a transaction: told after",
+        watch(&mut in_tx, Duration::from_secs(2)).await,
+    ));
     seen
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn servers_due_to_close_in_session_mode_match_pgbouncer() {
+async fn server_fast_close_matches_pgbouncer() {
     let mut results = Vec::new();
     for (label, extra) in [
+        ("server_fast_close=1", "server_fast_close = 1"),
         ("server_fast_close unset", ""),
         ("server_fast_close=0", "server_fast_close = 0"),
     ] {
