@@ -16,18 +16,18 @@ mod client_limits;
 mod config_refusals;
 #[path = "parity/error_texts.rs"]
 mod error_texts;
-#[path = "parity/lifecycle.rs"]
-mod lifecycle;
-#[path = "parity/prepared.rs"]
-mod prepared;
-#[path = "parity/replication.rs"]
-mod replication;
 #[path = "parity/fast_close.rs"]
 mod fast_close;
 #[path = "parity/hosts.rs"]
 mod hosts;
+#[path = "parity/lifecycle.rs"]
+mod lifecycle;
 #[path = "parity/pool_sizes.rs"]
 mod pool_sizes;
+#[path = "parity/prepared.rs"]
+mod prepared;
+#[path = "parity/replication.rs"]
+mod replication;
 #[path = "parity/startup_options.rs"]
 mod startup_options;
 #[path = "parity/timeouts.rs"]
