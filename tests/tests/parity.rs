@@ -16,14 +16,22 @@ mod client_limits;
 mod config_refusals;
 #[path = "parity/error_texts.rs"]
 mod error_texts;
+#[path = "parity/fast_close.rs"]
+mod fast_close;
+#[path = "parity/hosts.rs"]
+mod hosts;
 #[path = "parity/lifecycle.rs"]
 mod lifecycle;
+#[path = "parity/pool_sizes.rs"]
+mod pool_sizes;
 #[path = "parity/prepared.rs"]
 mod prepared;
 #[path = "parity/replication.rs"]
 mod replication;
 #[path = "parity/startup_options.rs"]
 mod startup_options;
+#[path = "parity/timeouts.rs"]
+mod timeouts;
 
 use std::time::Duration;
 
@@ -97,6 +105,10 @@ const DELIBERATE: &[(&str, &str)] = &[
     (
         "WAIT_FOR_SERVERS: the idle client's query",
         "an idle client is told at once (FATAL 57P01 'server shutting down') and let go when a safe shutdown starts, as PostgreSQL tells its sessions; PgBouncer tells it at its next query (08P01): either way it runs nothing more",
+    ),
+    (
+        "a port per host",
+        "`port=p1,p2` gives each host of `host=` its port, as in libpq (PgBouncer 1.25.2 reads the first number and uses it for every host)",
     ),
     (
         "duplicate prepared statement",

@@ -18,8 +18,10 @@ pub struct DatabaseEntry {
     pub dbname: Option<String>,
     /// `None` = Unix socket in unix_socket_dir; may be a comma list of hosts.
     pub host: Option<String>,
-    /// `None` = 5432.
+    /// `None` = 5432. The first of `ports` when `port=` is a list.
     pub port: Option<u16>,
+    /// Every port of `port=`: one for all hosts, or one per host of a `host=` list (in order).
+    pub ports: Vec<u16>,
     /// Forced user: all clients log in to the server as this user.
     pub user: Option<String>,
     pub password: Option<String>,
@@ -63,6 +65,13 @@ impl DatabaseEntry {
         for (key, val) in parse_pairs(value).map_err(err)? {
             db.apply(&key, val).map_err(err)?;
         }
+        let hosts = db.host_count();
+        if db.ports.len() > 1 && db.ports.len() != hosts {
+            return Err(err(format!(
+                "{} ports for {hosts} hosts: give one port for all hosts, or one per host",
+                db.ports.len()
+            )));
+        }
         Ok(db)
     }
 
@@ -70,7 +79,13 @@ impl DatabaseEntry {
         match key {
             "dbname" => self.dbname = Some(val),
             "host" => self.host = Some(val),
-            "port" => self.port = Some(port(&val)?),
+            "port" => {
+                self.ports = val
+                    .split(',')
+                    .map(|p| port(p.trim()))
+                    .collect::<Result<_, _>>()?;
+                self.port = self.ports.first().copied();
+            }
             "user" => self.user = Some(val),
             "password" => self.password = Some(val),
             "auth_user" => self.auth_user = Some(val),
@@ -105,6 +120,13 @@ impl DatabaseEntry {
         db
     }
 
+    /// How many hosts `host=` names (a comma list; unset = the one Unix socket).
+    pub fn host_count(&self) -> usize {
+        self.host
+            .as_deref()
+            .map_or(1, |h| h.split(',').filter(|h| !h.trim().is_empty()).count())
+    }
+
     /// The database name to request from the server.
     pub fn target_dbname(&self) -> &str {
         self.dbname.as_deref().unwrap_or(&self.name)
@@ -114,7 +136,7 @@ impl DatabaseEntry {
     pub fn connection_differs(&self, other: &DatabaseEntry) -> bool {
         self.target_dbname() != other.target_dbname()
             || self.host != other.host
-            || self.port != other.port
+            || self.ports != other.ports
             || self.user != other.user
             || self.password != other.password
             || self.connect_query != other.connect_query
@@ -139,6 +161,7 @@ impl fmt::Debug for DatabaseEntry {
             .field("dbname", &self.dbname)
             .field("host", &self.host)
             .field("port", &self.port)
+            .field("ports", &self.ports)
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("auth_user", &self.auth_user)
@@ -229,6 +252,12 @@ mod tests {
             ("mydb", "host=", "p.ini:7: mydb: empty value for 'host'"),
             ("mydb", "port=abc", "p.ini:7: mydb: invalid port: 'abc'"),
             ("mydb", "port=0", "p.ini:7: mydb: invalid port: '0'"),
+            ("mydb", "host=a,b port=1,x", "p.ini:7: mydb: invalid port: 'x'"),
+            (
+                "mydb",
+                "host=a,b port=1,2,3",
+                "p.ini:7: mydb: 3 ports for 2 hosts: give one port for all hosts, or one per host",
+            ),
             (
                 "mydb",
                 "pool_size=many",
@@ -250,6 +279,19 @@ mod tests {
         for (name, value, want) in cases {
             assert_eq!(parse(name, value).unwrap_err().to_string(), want, "{value}");
         }
+    }
+
+    #[test]
+    fn a_port_per_host() {
+        let db = parse("d", "host=a,b port=5433,5434").unwrap();
+        assert_eq!(
+            (db.port, db.ports.as_slice()),
+            (Some(5433), &[5433, 5434][..])
+        );
+        assert_eq!(db.host_count(), 2);
+        let one = parse("d", "host=a,b port=5433").unwrap();
+        assert_eq!(one.ports, [5433]);
+        assert!(db.connection_differs(&parse("d", "host=a,b port=5433,5435").unwrap()));
     }
 
     #[test]

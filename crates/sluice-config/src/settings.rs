@@ -67,7 +67,7 @@ declare_settings! {
         peer_id: u16 = "0", reloadable, supported, "Id of this process in a peer group; 0 = peering off.";
         pidfile: Option<String> = "", fixed, supported, "PID file; unset = none.";
         pkt_buf: u32 = "4096", fixed, unsupported, "Per-connection I/O buffer size (bytes).";
-        pool_idle_timeout: Seconds = "0", reloadable, unsupported, "Seconds after which a pool without clients or servers is freed; 0 = off.";
+        pool_idle_timeout: Seconds = "0", reloadable, supported, "Seconds after which a pool without clients or servers is freed; 0 = off.";
         pool_mode: PoolMode = "session", reloadable, supported, "When a server goes back to the pool: session, transaction, statement.";
         query_timeout: Seconds = "0", reloadable, supported, "Seconds a query may run before its server connection is closed; 0 = no limit.";
         query_wait_notify: u32 = "5", reloadable, supported, "Whole seconds a queued client waits before a NOTICE tells it so; 0 = off.";
@@ -80,7 +80,7 @@ declare_settings! {
         server_check_delay: Seconds = "30", reloadable, supported, "Seconds of idleness after which a server is checked with server_check_query before reuse.";
         server_check_query: ServerCheckQuery = "<empty>", reloadable, supported, "Liveness query; <empty> = send an empty query, empty value = no checks.";
         server_connect_timeout: Seconds = "15", reloadable, supported, "Seconds allowed for server connect and login.";
-        server_fast_close: bool = "0", reloadable, unsupported, "Session mode: close servers marked for reconnect at the end of the current transaction.";
+        server_fast_close: bool = "0", reloadable, supported, "Session mode: close servers marked for reconnect at the end of the current transaction.";
         server_idle_timeout: Seconds = "600", reloadable, supported, "Seconds an idle server may stay open; 0 = no limit.";
         server_lifetime: Seconds = "3600", reloadable, supported, "Seconds after which an unused server is closed; 0 = use once.";
         server_login_retry: Seconds = "15", reloadable, supported, "Seconds to wait before retrying after a failed server connect or login.";

@@ -148,6 +148,8 @@ const SUPPORTED: &[&str] = &[
     "unix_socket_mode",
     "user",
     "pool_mode",
+    "pool_idle_timeout",
+    "server_fast_close",
     "max_client_conn",
     "default_pool_size",
     "min_pool_size",

@@ -10,6 +10,7 @@ pub mod client;
 pub mod conn;
 pub mod dispatch;
 pub mod error;
+pub mod fast_close;
 pub mod forward;
 pub mod ids;
 pub mod json;
@@ -21,6 +22,7 @@ pub mod metrics;
 pub mod net;
 pub mod peers;
 pub mod pool;
+pub mod prefill;
 pub mod prepared;
 pub mod process;
 pub mod server;
@@ -195,7 +197,10 @@ async fn janitor_loop(app: Arc<App>) {
                 idle_timeout: cfg.settings.autodb_idle_timeout.as_duration(),
                 paused: &|db| app.control.db_paused(db),
             };
-            pool::janitor::tick(&app.pools, &auto);
+            prefill::forced_user_pools(&app);
+            fast_close::sweep(&app);
+            let pool_idle = cfg.settings.pool_idle_timeout.as_duration();
+            pool::janitor::tick(&app.pools, &auto, pool_idle);
         }
         // query_wait_notify, about once a second: a client queued that long is told so.
         ticks = ticks.wrapping_add(1);

@@ -106,8 +106,8 @@ fn server_target(
     login_user: &str,
     user_secret: Option<StoredSecret>,
 ) -> ServerTarget {
-    let port = db.port.unwrap_or(5432);
-    let addrs = ServerAddr::parse_hosts(db.host.as_deref(), port, &cfg.settings.unix_socket_dir);
+    let addrs =
+        ServerAddr::parse_host_list(db.host.as_deref(), &db.ports, &cfg.settings.unix_socket_dir);
     let secret = match (&db.user, &db.password) {
         (Some(_), Some(pw)) => Some(StoredSecret::parse(pw)),
         _ => user_secret,
@@ -131,6 +131,7 @@ fn server_target(
         startup,
         db.connect_query.clone(),
     )
+    .with_balance(db.load_balance_hosts.unwrap_or_default())
 }
 
 /// Effective settings of the pool (db, login_user): the one place pool settings are built (new
@@ -165,9 +166,11 @@ pub fn pool_settings(
         Some(s) => Some(Duration::from_secs(s.into())),
         None => Some(g.server_lifetime.as_duration().unwrap_or(Duration::ZERO)),
     };
+    // A [users] timeout overrides the global one; 0 there means "not set", as in PgBouncer
+    // (the global value applies), not "no limit".
     let user_override = |f: fn(&sluice_config::UserEntry) -> Option<u32>,
                          global: Option<Duration>| {
-        match u.and_then(f) {
+        match u.and_then(f).filter(|&v| v > 0) {
             Some(v) => secs(v),
             None => global,
         }

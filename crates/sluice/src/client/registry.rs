@@ -81,6 +81,9 @@ pub struct ClientEntry {
     /// gets one; and whether the client's task still has to send it.
     wait_notice_for: AtomicU64,
     wait_notice_due: AtomicBool,
+    /// server_fast_close: the linked server is due to close; an idle session ends (the relay
+    /// reads and clears it, the janitor sets it again while it holds: `fast_close.rs`).
+    pub close_when_idle: AtomicBool,
 }
 
 impl ClientEntry {
@@ -163,6 +166,7 @@ impl ClientRegistry {
             request: Stamp::now(),
             wait_notice_for: AtomicU64::new(0),
             wait_notice_due: AtomicBool::new(false),
+            close_when_idle: AtomicBool::new(false),
         });
         self.clients.lock().insert(id, entry.clone());
         Registration {

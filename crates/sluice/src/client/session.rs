@@ -463,6 +463,9 @@ async fn relay_once(
     if relay_ahead {
         relay.link_cancel_after_lead(&s.cancel.slot);
     }
+    if !pooled {
+        relay.close_when_idle(&s.entry.close_when_idle);
+    }
     // Dropping the relay mid-way is safe: the server is then not clean and gets closed.
     tokio::select! {
         biased;

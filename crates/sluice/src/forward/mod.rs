@@ -28,6 +28,7 @@ pub mod sim;
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
@@ -36,7 +37,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::cancel::CancelSlot;
 use crate::conn::{ClientConn, CLIENT_READ_CHUNK};
-use crate::error::ClientNotice;
+use crate::error::{sqlstate, ClientNotice};
 use crate::net::Stream;
 use crate::prepared::{ClientStatements, StatementRegistry};
 use crate::server::ServerConn;
@@ -150,6 +151,9 @@ pub struct Relay<'a> {
     /// Created the first time a deadline applies: most relays (no timeouts set, or a transaction
     /// that finishes at once) never need a timer.
     sleep: Option<Pin<Box<Sleep>>>,
+    /// Session mode: set by the janitor (server_fast_close) when the linked server is due to
+    /// close; the relay then ends if the session is idle (`close_when_idle`).
+    close_flag: Option<&'a AtomicBool>,
 }
 
 impl<'a> Relay<'a> {
@@ -177,7 +181,15 @@ impl<'a> Relay<'a> {
             core: RelayCore::new(ClientSide { rbuf }, server_side, parts, rules, now),
             deadline: None,
             sleep: None,
+            close_flag: None,
         }
+    }
+
+    /// server_fast_close: when `flag` is found set (by the janitor, which then wakes the client's
+    /// task), an idle session ends with `08P01 database configuration changed` and its server
+    /// closes; in a transaction it goes on (the janitor sets the flag again on its next pass).
+    pub fn close_when_idle(&mut self, flag: &'a AtomicBool) {
+        self.close_flag = Some(flag);
     }
 
     /// Link the client's cancel requests to the server only once the replies to the query sent
@@ -209,6 +221,20 @@ impl<'a> Relay<'a> {
     }
 
     fn poll_relay(&mut self, cx: &mut Context<'_>) -> Poll<RelayEnd> {
+        if let Some(flag) = self.close_flag {
+            if flag.load(Ordering::Relaxed) {
+                flag.store(false, Ordering::Relaxed);
+                if self.core.server_clean() && self.core.flushed() {
+                    return Poll::Ready(RelayEnd::Fatal {
+                        notice: ClientNotice::new(
+                            sqlstate::PROTOCOL_VIOLATION,
+                            "database configuration changed",
+                        ),
+                        server_clean: false,
+                    });
+                }
+            }
+        }
         // A read that returned Pending stays Pending for the rest of this call: tokio's readiness
         // only changes when this worker's IO driver runs, which is not while this task is being
         // polled, and the waker is registered. So a later pass (after a write made progress)

@@ -31,7 +31,8 @@ impl Pool {
             retry_blocked: st
                 .failure
                 .as_ref()
-                .is_some_and(|f| f.at.elapsed() < settings.login_retry),
+                .is_some_and(|f| f.gated && f.started.elapsed() < settings.login_retry),
+            retry_wanted: st.retry_wanted,
             frozen: self.is_paused() || self.is_removed(),
         }
     }
@@ -60,6 +61,7 @@ impl Pool {
             ) {
                 Ok(slots) => {
                     st.limit_blocked = false;
+                    st.retry_wanted = false;
                     if from_reserve {
                         tracing::info!("{}: taking connection from reserve_pool", self.key);
                     }
@@ -137,6 +139,7 @@ impl Pool {
                     let mut st = self.state.lock();
                     connecting.finish(&mut st);
                     st.failure = None;
+                    st.retry_wanted = false;
                     self.failing.store(false, Ordering::Relaxed);
                 }
                 // release() hands it to a waiter or parks it idle.
@@ -144,24 +147,30 @@ impl Pool {
             }
             Err(e) => {
                 drop(slots);
-                self.login_failed(e, connecting);
+                self.login_failed(e, connecting, started);
             }
         }
     }
 
-    fn login_failed(self: &Arc<Self>, e: ServerError, connecting: Connecting) {
+    fn login_failed(self: &Arc<Self>, e: ServerError, connecting: Connecting, started: Instant) {
         tracing::warn!("{}: server login failed: {}", self.key, e);
-        let notice: Option<ClientNotice> = e.is_login_rejection().then(|| e.client_notice());
-        {
+        let rejected = e.is_login_rejection();
+        let notice: Option<ClientNotice> = rejected.then(|| e.client_notice());
+        let welcomed = self.welcome.lock().is_some();
+        let none_logged_in = {
             let mut st = self.state.lock();
             connecting.finish(&mut st);
             st.failure = Some(LoginFailure {
-                at: Instant::now(),
-                message: e.to_string(),
+                started,
+                message: cached_reason(&e),
+                gated: welcomed || !rejected,
             });
             self.failing.store(true, Ordering::Relaxed);
-        }
-        let waiters: Vec<Waiter> = if notice.is_some() {
+            self.servers.current() <= st.connecting
+        };
+        // While other servers of the pool work (another host of a list), the waiters stay in line
+        // for them, as PgBouncer's do; with none, they get the server's refusal.
+        let waiters: Vec<Waiter> = if notice.is_some() && none_logged_in {
             self.drain_waiters()
         } else {
             Vec::new()
@@ -171,5 +180,29 @@ impl Pool {
                 let _ = w.tx.send(Err(PoolError::Rejected(Box::new(n.clone()))));
             }
         }
+    }
+}
+
+/// What PgBouncer calls a failed server login in its cached error ("server login has been
+/// failing, cached error: ..."), which operators and client libraries match on.
+fn cached_reason(e: &ServerError) -> String {
+    use std::io::ErrorKind;
+    match e {
+        ServerError::Login(f) => f.message.clone(),
+        ServerError::ConnectTimeout => "connect timeout".into(),
+        ServerError::Io(io)
+            if matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::HostUnreachable
+                    | ErrorKind::NetworkUnreachable
+                    | ErrorKind::AddrNotAvailable
+                    | ErrorKind::NotFound
+            ) =>
+        {
+            "connect failed".into()
+        }
+        ServerError::Io(_) | ServerError::Closed => "server conn crashed?".into(),
+        other => other.to_string(),
     }
 }

@@ -245,6 +245,7 @@ impl Pool {
                 return Ok(Ticket::Idle(conn, idle_for));
             }
             if let Some(message) = self.login_failing(settings) {
+                self.kick();
                 return Err(PoolError::LoginFailing(message));
             }
         }
@@ -277,17 +278,27 @@ impl Pool {
         None
     }
 
-    /// The last server login failure while no server is open, for login_retry after it: new
-    /// requests fail at once with its message instead of waiting for a server that will not come.
+    /// The last server login failed and no server is logged in: as PgBouncer, a client of a pool that
+    /// has had a server fails at once with that failure's message, until a login succeeds; once
+    /// server_login_retry has passed since that attempt started, its request also starts the
+    /// next attempt (`retry_wanted`, for the caller's `kick`). A client still logging in to a pool
+    /// that never had a server waits for one instead.
     fn login_failing(&self, settings: &PoolSettings) -> Option<String> {
-        if !self.failing.load(Ordering::Relaxed) {
+        if !self.failing.load(Ordering::Relaxed) || self.welcome.lock().is_none() {
             return None;
         }
-        let st = self.state.lock();
-        st.failure
-            .as_ref()
-            .filter(|f| self.servers.current() == 0 && f.at.elapsed() < settings.login_retry)
-            .map(|f| f.message.clone())
+        let mut st = self.state.lock();
+        let f = st.failure.as_ref()?;
+        // Servers still logging in do not count: a client does not wait for another try.
+        if self.servers.current() > st.connecting {
+            return None;
+        }
+        let message = f.message.clone();
+        // Asked for now or not at all (a try in flight answers it), as PgBouncer's launches.
+        if st.connecting == 0 && !(f.gated && f.started.elapsed() < settings.login_retry) {
+            st.retry_wanted = true;
+        }
+        Some(message)
     }
 
     /// Put a request in worker `me`'s line and plan the connections to open for it.

@@ -1,6 +1,6 @@
 //! The one periodic task: idle and lifetime closing, min_pool_size, login retries, reserve pool
-//! activation, evicting idle servers of other pools when a shared limit blocks a waiting pool, and
-//! freeing auto-databases unused for autodb_idle_timeout.
+//! activation, evicting idle servers of other pools when a shared limit blocks a waiting pool,
+//! freeing auto-databases unused for autodb_idle_timeout and pools unused for pool_idle_timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use super::registry::{AutoDatabases, PoolRegistry};
 pub const JANITOR_PERIOD: Duration = Duration::from_millis(200);
 
 /// One janitor pass over every pool.
-pub fn tick(registry: &PoolRegistry, auto: &AutoDatabases<'_>) {
+pub fn tick(registry: &PoolRegistry, auto: &AutoDatabases<'_>, pool_idle: Option<Duration>) {
     let pools = registry.all();
     for p in &pools {
         p.maintain();
@@ -30,5 +30,6 @@ pub fn tick(registry: &PoolRegistry, auto: &AutoDatabases<'_>) {
     }
     drop(pools);
     registry.free_idle_auto_databases(auto);
+    registry.free_idle_pools(pool_idle, auto.paused);
     registry.sweep_removed();
 }

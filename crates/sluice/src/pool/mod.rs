@@ -74,9 +74,16 @@ struct Waiter {
     tx: oneshot::Sender<WaiterReply>,
 }
 
+/// The last server login that failed, while no later one succeeded.
 struct LoginFailure {
-    at: Instant,
+    /// When that attempt started: the next one waits server_login_retry from there (as
+    /// PgBouncer's, so that a slow failure such as a connect timeout does not add to it).
+    started: Instant,
+    /// PgBouncer's words for it ("connect timeout", "server conn crashed?", the server's message).
     message: String,
+    /// Whether the next attempt waits server_login_retry: not after a server's refusal in a pool
+    /// that never had a server (each new client then tries again, as PgBouncer's do).
+    gated: bool,
 }
 
 /// Pool-wide figures, under `Pool::state` (growth, logins, the console; never per transaction).
@@ -88,6 +95,9 @@ struct PoolState {
     clients: usize,
     /// The last growth attempt hit max_db_connections or max_user_connections.
     limit_blocked: bool,
+    /// A client was refused with the cached login error after server_login_retry had passed: one
+    /// new attempt is due (no client waits for it).
+    retry_wanted: bool,
 }
 
 /// Counts SHOW POOLS and the janitor read off a pool.

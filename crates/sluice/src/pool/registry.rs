@@ -25,6 +25,8 @@ pub struct PoolRegistry {
     /// Auto-databases without clients and servers, since when (PgBouncer's idle autodb list:
     /// gone from SHOW DATABASES, freed after autodb_idle_timeout).
     idle_auto: Mutex<HashMap<String, Instant>>,
+    /// Pools without clients and servers, since when (pool_idle_timeout).
+    idle_pools: Mutex<HashMap<PoolKey, Instant>>,
 }
 
 /// What the janitor needs to know of auto-databases, from the config of the moment.
@@ -46,6 +48,7 @@ impl PoolRegistry {
             generation: AtomicU64::new(1),
             stat_shards,
             idle_auto: Mutex::new(HashMap::new()),
+            idle_pools: Mutex::new(HashMap::new()),
         }
     }
 
@@ -195,6 +198,48 @@ impl PoolRegistry {
             .lock()
             .retain(|_, c| Arc::strong_count(c) > 1);
         tracing::info!("auto-database {db} freed: unused for autodb_idle_timeout");
+    }
+
+    /// pool_idle_timeout (PgBouncer 1.25): a pool without clients and servers for that long leaves
+    /// the registry (SHOW POOLS, its metric series); the next client makes it again. Paused
+    /// databases keep their pools.
+    pub fn free_idle_pools(&self, timeout: Option<Duration>, paused: &dyn Fn(&str) -> bool) {
+        let Some(timeout) = timeout else {
+            self.idle_pools.lock().clear();
+            return;
+        };
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        {
+            let pools = self.all();
+            let mut idle = self.idle_pools.lock();
+            let unused: Vec<&Arc<Pool>> = pools
+                .iter()
+                .filter(|p| {
+                    let c = p.counts();
+                    c.clients == 0 && c.total == 0 && c.connecting == 0
+                })
+                .collect();
+            idle.retain(|k, _| unused.iter().any(|p| &p.key == k));
+            for p in unused {
+                let since = *idle.entry(p.key.clone()).or_insert(now);
+                if now.duration_since(since) >= timeout && !paused(&p.key.database) {
+                    expired.push(p.clone());
+                }
+            }
+        }
+        if expired.is_empty() {
+            return;
+        }
+        let mut pools = self.pools.write();
+        for p in expired {
+            // Retired under the lock a joining client takes: one that got it first keeps it.
+            if p.retire_if_unused() {
+                pools.remove(&p.key);
+                self.idle_pools.lock().remove(&p.key);
+                tracing::debug!("{}: pool freed: unused for pool_idle_timeout", p.key);
+            }
+        }
     }
 
     /// Drop pools that were removed and hold nothing any more.

@@ -26,8 +26,10 @@ pub struct PoolSnapshot {
     pub oldest_wait: Duration,
     /// Whether any client is logged in to this pool (min_pool_size only applies then, or with a forced user).
     pub has_clients: bool,
-    /// A login failed less than server_login_retry ago.
+    /// The last login failed and started less than server_login_retry ago.
     pub retry_blocked: bool,
+    /// A client refused with the cached login error asks for one new attempt.
+    pub retry_wanted: bool,
     /// The pool is paused or being shut down: no new servers.
     pub frozen: bool,
 }
@@ -67,7 +69,8 @@ pub fn over_limit(count: usize, limit: usize) -> bool {
 }
 
 /// Should the pool open one more server? Demand is a waiting client that no connecting server
-/// will serve yet, or the pool being below min_pool_size.
+/// will serve yet, the pool being below min_pool_size, or a retry after failed logins that a
+/// refused client asked for.
 pub fn plan_growth(s: &PoolSnapshot, l: &PoolLimits) -> Growth {
     if s.retry_blocked || s.frozen {
         return Growth::No;
@@ -83,7 +86,8 @@ pub fn plan_growth(s: &PoolSnapshot, l: &PoolLimits) -> Growth {
         l.min_pool_size.min(l.pool_size) as usize
     };
     let below_min = s.has_clients && s.total < min && s.connecting == 0;
-    if uncovered_waiters || below_min {
+    let retry = s.retry_wanted && s.total == 0 && s.connecting == 0;
+    if uncovered_waiters || below_min || retry {
         Growth::Open {
             from_reserve: l.pool_size != 0 && s.total >= l.pool_size as usize,
         }
@@ -271,6 +275,28 @@ mod tests {
             frozen: true,
             ..Default::default()
         };
+        assert_eq!(plan_growth(&s, &limits(2, 0)), Growth::No);
+    }
+
+    #[test]
+    fn a_wanted_retry_opens_one_server_when_none_is_open() {
+        let mut s = PoolSnapshot {
+            retry_wanted: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            plan_growth(&s, &limits(2, 0)),
+            Growth::Open {
+                from_reserve: false
+            }
+        );
+        s.connecting = 1;
+        s.total = 1;
+        assert_eq!(plan_growth(&s, &limits(2, 0)), Growth::No);
+        s.connecting = 0;
+        assert_eq!(plan_growth(&s, &limits(2, 0)), Growth::No, "one is open");
+        s.total = 0;
+        s.retry_blocked = true;
         assert_eq!(plan_growth(&s, &limits(2, 0)), Growth::No);
     }
 

@@ -21,6 +21,7 @@ use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::workers::cross::CrossEvent;
 
+mod retry;
 mod workers;
 
 /// Opens "servers" after `delay`; fails with a login error while `fail` is set.
@@ -29,6 +30,8 @@ struct FakeConnector {
     delay: Duration,
     fail: Mutex<Option<ErrorFields>>,
     opened: AtomicUsize,
+    /// Every connect, failed or not.
+    tried: AtomicUsize,
     peers: Mutex<Vec<UnixStream>>,
 }
 
@@ -41,6 +44,7 @@ impl Connector for Arc<FakeConnector> {
     ) -> ConnectFuture {
         let me = self.clone();
         Box::pin(async move {
+            me.tried.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(me.delay).await;
             if let Some(f) = me.fail.lock().clone() {
                 return Err(ServerError::Login(Box::new(f)));
@@ -216,32 +220,6 @@ async fn reserve_pool_after_reserve_pool_timeout() {
         "{waited:?}"
     );
     assert_eq!(f.opened.load(Ordering::SeqCst), 2);
-}
-
-#[tokio::test(start_paused = true)]
-async fn login_rejection_fails_waiters_then_fast_fails_until_retry() {
-    let f = fake(10);
-    *f.fail.lock() = Some(ErrorFields {
-        severity: "FATAL".into(),
-        code: "28P01".into(),
-        message: "password authentication failed".into(),
-        ..Default::default()
-    });
-    let pool = pool_with(settings(2, 0), &f, ConnCounter::new());
-    match pool.checkout().await {
-        Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "28P01"),
-        other => panic!("expected rejection, got {:?}", other.map(|s| s.id)),
-    }
-    assert!(matches!(
-        pool.checkout().await,
-        Err(PoolError::LoginFailing(_))
-    ));
-    *f.fail.lock() = None;
-    tokio::time::sleep(Duration::from_secs(16)).await;
-    assert!(
-        pool.checkout().await.is_ok(),
-        "after server_login_retry a new login is tried"
-    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -507,17 +485,17 @@ async fn idle_auto_databases_are_freed_after_the_timeout() {
     let _app = pools.get_or_create("app", "u", || settings(2, 0));
     let a = pools.get_or_create("auto", "u", || settings(2, 0));
     a.client_joined();
-    super::janitor::tick(&pools, &auto);
+    super::janitor::tick(&pools, &auto, None);
     assert!(!pools.is_idle_auto("auto"));
     a.client_left();
-    super::janitor::tick(&pools, &auto);
+    super::janitor::tick(&pools, &auto, None);
     assert!(pools.is_idle_auto("auto") && !pools.is_idle_auto("app"));
     paused.store(true, Ordering::SeqCst);
     tokio::time::advance(Duration::from_secs(11)).await;
-    super::janitor::tick(&pools, &auto);
+    super::janitor::tick(&pools, &auto, None);
     assert!(!a.is_removed(), "a paused database is kept");
     paused.store(false, Ordering::SeqCst);
-    super::janitor::tick(&pools, &auto);
+    super::janitor::tick(&pools, &auto, None);
     assert!(a.is_removed());
     assert_eq!(pools.all().len(), 1, "only app's pool is left");
     assert!(!pools.is_idle_auto("auto"));

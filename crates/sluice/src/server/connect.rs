@@ -13,7 +13,7 @@ use super::{login, query, ServerAddr, ServerConn, ServerTarget};
 use crate::error::ServerError;
 use crate::net::socket::{tune_tcp, TcpTuning};
 use crate::net::Stream;
-use crate::tls::ServerTls;
+use crate::tls::{ServerTls, ServerTlsError};
 
 /// Settings that shape every new server connection.
 #[derive(Debug, Clone)]
@@ -32,19 +32,21 @@ pub async fn open(
     keys: Option<&ScramKeys>,
     opts: &ConnectOptions,
 ) -> Result<ServerConn, ServerError> {
+    let Some((index, addr)) = target.pick_addr() else {
+        return Err(ServerError::Unexpected("database has no host".into()));
+    };
+    let addr = addr.clone();
     let work = async {
-        let addr = target
-            .pick_addr()
-            .ok_or_else(|| ServerError::Unexpected("database has no host".into()))?
-            .clone();
         let (stream, tls) = match &addr {
             ServerAddr::Tcp { host, port } => {
                 let s = TcpStream::connect((host.as_str(), *port)).await?;
                 tune_tcp(&s, &opts.tcp);
-                opts.tls
-                    .connect(s, host)
-                    .await
-                    .map_err(|e| ServerError::Tls(e.to_string()))?
+                opts.tls.connect(s, host).await.map_err(|e| match e {
+                    // The server went away while asked for TLS: a network failure (retried after
+                    // server_login_retry), not a refusal.
+                    ServerTlsError::Io(io) => ServerError::Io(io),
+                    e => ServerError::Tls(e.to_string()),
+                })?
             }
             ServerAddr::Unix { path } => (Stream::Unix(UnixStream::connect(path).await?), None),
         };
@@ -70,8 +72,12 @@ pub async fn open(
         }
         Ok(conn)
     };
-    match tokio::time::timeout(opts.connect_timeout, work).await {
+    let r = match tokio::time::timeout(opts.connect_timeout, work).await {
         Ok(r) => r,
         Err(_) => Err(ServerError::ConnectTimeout),
+    };
+    if r.is_err() {
+        target.connect_failed(index);
     }
+    r
 }

@@ -4,6 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use sluice_config::LoadBalanceHosts;
 use sluice_protocol::StoredSecret;
 
 /// A server address: TCP host:port or a Unix socket path (`<dir>/.s.PGSQL.<port>`).
@@ -27,26 +28,41 @@ impl ServerAddr {
     /// From a [databases] `host` value: unset -> Unix socket in unix_socket_dir; `/dir` -> Unix socket
     /// there; comma lists give several hosts.
     pub fn parse_hosts(host: Option<&str>, port: u16, unix_socket_dir: &str) -> Vec<ServerAddr> {
-        let unix = |dir: &str| ServerAddr::Unix {
-            path: PathBuf::from(dir).join(format!(".s.PGSQL.{port}")),
+        Self::parse_host_list(host, &[port], unix_socket_dir)
+    }
+
+    /// `parse_hosts` with `ports` from `port=`: one for every host, or one per host in order
+    /// (the config loader checks the counts; a missing one falls back to the last).
+    pub fn parse_host_list(
+        host: Option<&str>,
+        ports: &[u16],
+        unix_socket_dir: &str,
+    ) -> Vec<ServerAddr> {
+        let port_of = |i: usize| ports.get(i).or(ports.last()).copied().unwrap_or(5432);
+        let unix = |dir: &str, i: usize| ServerAddr::Unix {
+            path: PathBuf::from(dir).join(format!(".s.PGSQL.{}", port_of(i))),
         };
         match host {
-            None => vec![unix(if unix_socket_dir.is_empty() {
-                "/tmp"
-            } else {
-                unix_socket_dir
-            })],
+            None => vec![unix(
+                if unix_socket_dir.is_empty() {
+                    "/tmp"
+                } else {
+                    unix_socket_dir
+                },
+                0,
+            )],
             Some(h) => h
                 .split(',')
                 .map(str::trim)
                 .filter(|h| !h.is_empty())
-                .map(|h| {
+                .enumerate()
+                .map(|(i, h)| {
                     if h.starts_with('/') {
-                        unix(h)
+                        unix(h, i)
                     } else {
                         ServerAddr::Tcp {
                             host: h.to_string(),
-                            port,
+                            port: port_of(i),
                         }
                     }
                 })
@@ -66,6 +82,10 @@ pub struct ServerTarget {
     /// Extra startup parameters from the db entry (client_encoding, datestyle, timezone, application_name).
     pub startup_params: Vec<(String, String)>,
     pub connect_query: Option<String>,
+    /// load_balance_hosts: the next host for each new server (round-robin), or the same host
+    /// until a connect to it fails (disable).
+    pub balance: LoadBalanceHosts,
+    /// Round-robin: the next pick; disable: the host in use.
     next_addr: AtomicUsize,
 }
 
@@ -96,17 +116,38 @@ impl ServerTarget {
             secret,
             startup_params,
             connect_query,
+            balance: LoadBalanceHosts::RoundRobin,
             next_addr: AtomicUsize::new(0),
         }
     }
 
-    /// Next address, round-robin over the host list.
-    pub fn pick_addr(&self) -> Option<&ServerAddr> {
+    pub fn with_balance(mut self, balance: LoadBalanceHosts) -> Self {
+        self.balance = balance;
+        self
+    }
+
+    /// The host for a new server: the next one of the list (round-robin), or the one in use
+    /// (disable). Its index goes back to `connect_failed` when the connect fails.
+    pub fn pick_addr(&self) -> Option<(usize, &ServerAddr)> {
         if self.addrs.is_empty() {
             return None;
         }
-        let i = self.next_addr.fetch_add(1, Ordering::Relaxed) % self.addrs.len();
-        self.addrs.get(i)
+        let i = match self.balance {
+            LoadBalanceHosts::RoundRobin => self.next_addr.fetch_add(1, Ordering::Relaxed),
+            LoadBalanceHosts::Disable => self.next_addr.load(Ordering::Relaxed),
+        } % self.addrs.len();
+        Some((i, &self.addrs[i]))
+    }
+
+    /// A connect to host `i` failed: with load_balance_hosts=disable the next one is used from
+    /// now on (unless another failure moved on already).
+    pub fn connect_failed(&self, i: usize) {
+        if self.balance == LoadBalanceHosts::Disable && self.addrs.len() > 1 {
+            let next = (i + 1) % self.addrs.len();
+            let _ = self
+                .next_addr
+                .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     /// Same server, same login: used by reload to decide whether existing servers must be replaced.
@@ -117,6 +158,7 @@ impl ServerTarget {
             && self.secret == other.secret
             && self.startup_params == other.startup_params
             && self.connect_query == other.connect_query
+            && self.balance == other.balance
     }
 }
 
@@ -153,8 +195,41 @@ mod tests {
             vec![],
             None,
         );
-        let a = t.pick_addr().unwrap().to_string();
-        let b = t.pick_addr().unwrap().to_string();
+        let a = t.pick_addr().unwrap().1.to_string();
+        let b = t.pick_addr().unwrap().1.to_string();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_port_per_host() {
+        let two = ServerAddr::parse_host_list(Some("a,b"), &[5433, 5434], "/tmp");
+        assert_eq!(two[0].to_string(), "a:5433");
+        assert_eq!(two[1].to_string(), "b:5434");
+        let one = ServerAddr::parse_host_list(Some("a,/sock"), &[6000], "/tmp");
+        assert_eq!(one[0].to_string(), "a:6000");
+        assert_eq!(one[1].to_string(), "unix:/sock/.s.PGSQL.6000");
+    }
+
+    #[test]
+    fn disable_sticks_to_a_host_until_it_fails() {
+        let t = ServerTarget::new(
+            ServerAddr::parse_hosts(Some("a,b,c"), 1, "/tmp"),
+            "d".into(),
+            "u".into(),
+            None,
+            vec![],
+            None,
+        )
+        .with_balance(LoadBalanceHosts::Disable);
+        let host = |t: &ServerTarget| t.pick_addr().unwrap().1.to_string();
+        assert_eq!([host(&t), host(&t)], ["a:1", "a:1"]);
+        t.connect_failed(0);
+        assert_eq!(host(&t), "b:1");
+        // A late failure of the host left before does not move on again.
+        t.connect_failed(0);
+        assert_eq!(host(&t), "b:1");
+        t.connect_failed(1);
+        t.connect_failed(2);
+        assert_eq!(host(&t), "a:1", "round the list");
     }
 }

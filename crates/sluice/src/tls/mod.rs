@@ -17,7 +17,7 @@ use sluice_config::{ConfigError, Settings};
 
 pub use crate::conn::TlsFacts;
 pub use acceptor::ClientTls;
-pub use connector::ServerTls;
+pub use connector::{ServerTls, ServerTlsError};
 
 /// A TLS setting that cannot be used. Display names the setting (and the file).
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
