@@ -23,7 +23,7 @@ pub fn sweep(app: &App) {
         }
         for r in pool.servers_book.all() {
             if pool.close_needed(r.id, r.generation, &settings) {
-                due.insert(r.id);
+                due.insert(r.id.0);
             }
         }
     }
