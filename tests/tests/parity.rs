@@ -22,6 +22,8 @@ mod fast_close;
 mod hosts;
 #[path = "parity/lifecycle.rs"]
 mod lifecycle;
+#[path = "parity/login_and_pqexec.rs"]
+mod login_and_pqexec;
 #[path = "parity/pool_sizes.rs"]
 mod pool_sizes;
 #[path = "parity/prepared.rs"]

@@ -40,7 +40,7 @@ declare_settings! {
         client_tls_sslmode: TlsMode = "disable", reloadable(Tls), supported, "TLS mode for client connections: disable, allow, prefer, require (TLS mandatory), verify-ca, verify-full (also a client certificate signed by client_tls_ca_file).";
         conffile: Option<String> = "", reloadable, unsupported, "Config file read on the next reload (the pooler sets it to the command-line file).";
         default_pool_size: u32 = "20", reloadable, supported, "Server connections per (database, user) pool; 0 = unlimited.";
-        disable_pqexec: bool = "0", fixed, unsupported, "Reject simple Query messages (only the extended protocol is allowed).";
+        disable_pqexec: bool = "0", fixed, supported, "Reject simple Query messages (only the extended protocol is allowed).";
         dns_max_ttl: Seconds = "15", reloadable, unsupported, "Seconds a successful DNS lookup is cached.";
         dns_nxdomain_ttl: Seconds = "15", reloadable, unsupported, "Seconds a failed DNS lookup is cached.";
         dns_zone_check_period: Seconds = "0", reloadable, unsupported, "Seconds between DNS zone serial checks; 0 = off.";
@@ -55,7 +55,7 @@ declare_settings! {
         log_pooler_errors: bool = "1", reloadable, supported, "Log errors the pooler sends to clients.";
         log_stats: bool = "1", reloadable, supported, "Log aggregate statistics every stats_period.";
         logfile: Option<String> = "", reloadable, supported, "Log file (reopened on reload); unset = log to stderr only.";
-        login_notify_message: String = "", reloadable, unsupported, "NOTICE text sent to each client after login.";
+        login_notify_message: String = "", reloadable, supported, "NOTICE text sent to each client after login.";
         max_client_conn: u32 = "100", reloadable, supported, "Maximum client connections (admin console excluded).";
         max_db_client_connections: u32 = "0", reloadable, supported, "Maximum client connections per database; 0 = no limit.";
         max_db_connections: u32 = "0", reloadable, supported, "Maximum server connections per database (all users); 0 = no limit.";

@@ -132,6 +132,8 @@ const NON_RELOADABLE: &[&str] = &[
 
 /// Keys the first Sluice version implements.
 const SUPPORTED: &[&str] = &[
+    "disable_pqexec",
+    "login_notify_message",
     "max_prepared_statements",
     "logfile",
     "peer_id",

@@ -249,6 +249,7 @@ pub fn pool_settings(
             max_prepared: g.max_prepared_statements as usize,
             pin_session_state: cfg.sluice.pin_session_state,
             max_pinned_clients: cfg.sluice.max_pinned_clients as usize,
+            refuse_simple_query: g.disable_pqexec,
         },
     }
 }

@@ -152,6 +152,15 @@ pub fn login<'a>(
         welcome.mark_and_greet(&app.tracked, &mut params, &mut client.wbuf);
         let cancel = app.cancels.register(app.config().settings.peer_id);
         encode_backend_key_data(cancel.key, &mut client.wbuf);
+        // login_notify_message: PgBouncer 1.25's NOTICE, before ReadyForQuery.
+        if !cfg.settings.login_notify_message.is_empty() {
+            sluice_protocol::encode_notice(
+                sluice_protocol::Severity::Notice,
+                "00000",
+                &cfg.settings.login_notify_message,
+                &mut client.wbuf,
+            );
+        }
         encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
         client.flush().await.map_err(|_| EndReason::ClientClosed)?;
         // Only errors are composed here from now on: the welcome's buffer is not kept for them.

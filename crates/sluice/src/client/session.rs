@@ -458,6 +458,7 @@ async fn relay_once(
         mode: settings.mode,
         max_packet: settings.connect.max_packet_size,
         timeouts: &settings.relay,
+        refuse_simple_query: settings.session.refuse_simple_query,
     };
     let mut relay = Relay::new(client, server, parts, rules, from);
     if relay_ahead {

@@ -90,6 +90,16 @@ impl RelayCore<'_> {
                 self.client_done = true;
                 return Ok(());
             }
+            if tag == frontend_tag::QUERY && self.refuse_simple_query {
+                // disable_pqexec: PgBouncer's words; never forwarded.
+                return Err(RelayEnd::Fatal {
+                    notice: crate::error::ClientNotice::new(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        "PQexec disallowed",
+                    ),
+                    server_clean: self.server_clean(),
+                });
+            }
             if !self.defined_here(tag) {
                 // Never forwarded: the server stays clean if nothing else is owed or half-sent.
                 return Err(RelayEnd::Fatal {

@@ -90,6 +90,8 @@ pub struct RelayRules<'a> {
     /// The pool's (its settings outlive the relay): a reference keeps the relay, which is
     /// written afresh per transaction, a cache line smaller.
     pub timeouts: &'a RelayTimeouts,
+    /// disable_pqexec: a simple Query ends the client, never forwarded.
+    pub refuse_simple_query: bool,
 }
 
 /// Per-direction scan position: `ready` bytes at the front of the buffer are inspected and may be
@@ -155,6 +157,8 @@ pub struct RelayCore<'a> {
     pub(super) c_observed: bool,
     pub(super) mode: PoolMode,
     pub(super) max_packet: usize,
+    /// disable_pqexec (`RelayRules::refuse_simple_query`).
+    pub(super) refuse_simple_query: bool,
     timeouts: &'a RelayTimeouts,
     pub(super) c: Scan,
     pub(super) s: Scan,
@@ -237,6 +241,7 @@ impl<'a> RelayCore<'a> {
             c_observed: false,
             mode: rules.mode,
             max_packet: rules.max_packet,
+            refuse_simple_query: rules.refuse_simple_query,
             timeouts,
             c: Scan::default(),
             s: Scan::default(),

@@ -448,6 +448,7 @@ impl World {
                 mode,
                 max_packet: 1 << 30,
                 timeouts: &self.timeouts,
+                refuse_simple_query: false,
             },
             Instant::now(),
         )

@@ -64,6 +64,8 @@ pub struct SessionKnobs {
     pub pin_session_state: bool,
     /// 0 = unlimited.
     pub max_pinned_clients: usize,
+    /// disable_pqexec: simple Query messages end the client ("PQexec disallowed").
+    pub refuse_simple_query: bool,
 }
 
 /// A caller's snapshot of its pool's settings, refreshed only when a reload replaced them

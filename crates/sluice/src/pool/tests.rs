@@ -106,6 +106,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
             max_prepared: 0,
             pin_session_state: true,
             max_pinned_clients: 0,
+            refuse_simple_query: false,
         },
         listed_secret: None,
     }
