@@ -134,7 +134,7 @@ async fn include_file_sets_listen_port() {
 #[tokio::test]
 async fn known_but_unimplemented_keys_are_accepted_and_logged_once() {
     let ini = Sluice::basic_ini(
-        "client_tls_sslmode = disable\ndns_max_ttl = 30\ndns_nxdomain_ttl = 30",
+        "client_tls_sslmode = disable\ndns_zone_check_period = 30\nresolv_conf = /etc/resolv.conf",
         &db_line("app", "app"),
     );
     let s = Sluice::builder(&ini).userlist(MD5_USERLIST).start();
@@ -143,7 +143,7 @@ async fn known_but_unimplemented_keys_are_accepted_and_logged_once() {
     // Once more after a reload: still logged only once.
     assert!(reload(&s, &ini).await, "reload failed:\n{}", s.log());
     let log = s.log();
-    for key in ["dns_max_ttl", "dns_nxdomain_ttl"] {
+    for key in ["dns_zone_check_period", "resolv_conf"] {
         let n = log
             .lines()
             .filter(|l| l.contains(&format!(" {key} is not supported")))

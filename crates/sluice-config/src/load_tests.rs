@@ -144,7 +144,7 @@ fn all_sections() {
                 [databases]\n\"my-db\" = host=h\nsame = host=a\nother = host=o\nsame = host=b\n\
                 [users]\nalice = pool_mode=session pool_size=2\n\
                 [peers]\n1 = host=/tmp/p1\n2 = host=10.0.0.2 port=6433\n\
-                [pgbouncer]\nmax_prepared_statements = 0\ndns_max_ttl = 30\n";
+                [pgbouncer]\nmax_prepared_statements = 0\ndns_zone_check_period = 30\n";
     let cfg = parse_str(text, "all.ini").unwrap();
     assert_eq!(cfg.settings.listen_port, 7000);
     assert_eq!(cfg.sluice.workers, 3);
@@ -157,7 +157,10 @@ fn all_sections() {
     assert_eq!(cfg.peer(2).unwrap().port, 6433);
     assert_eq!(
         cfg.unsupported,
-        vec![("dns_max_ttl".to_string(), "all.ini:17".to_string())]
+        vec![(
+            "dns_zone_check_period".to_string(),
+            "all.ini:17".to_string()
+        )]
     );
 }
 
@@ -170,12 +173,12 @@ fn unsupported_only_when_not_default() {
     .unwrap();
     assert!(cfg.unsupported.is_empty());
     let cfg = parse_str(
-        "[pgbouncer]\ndns_max_ttl = 30\nclient_tls_ecdhcurve = prime256v1\n",
+        "[pgbouncer]\ndns_zone_check_period = 30\nclient_tls_ecdhcurve = prime256v1\n",
         "u.ini",
     )
     .unwrap();
     let keys: Vec<_> = cfg.unsupported.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(keys, vec!["dns_max_ttl", "client_tls_ecdhcurve"]);
+    assert_eq!(keys, vec!["dns_zone_check_period", "client_tls_ecdhcurve"]);
 }
 
 #[test]

@@ -41,8 +41,8 @@ declare_settings! {
         conffile: Option<String> = "", reloadable, unsupported, "Config file read on the next reload (the pooler sets it to the command-line file).";
         default_pool_size: u32 = "20", reloadable, supported, "Server connections per (database, user) pool; 0 = unlimited.";
         disable_pqexec: bool = "0", fixed, supported, "Reject simple Query messages (only the extended protocol is allowed).";
-        dns_max_ttl: Seconds = "15", reloadable, unsupported, "Seconds a successful DNS lookup is cached.";
-        dns_nxdomain_ttl: Seconds = "15", reloadable, unsupported, "Seconds a failed DNS lookup is cached.";
+        dns_max_ttl: Seconds = "15", reloadable, supported, "Seconds a successful DNS lookup is cached.";
+        dns_nxdomain_ttl: Seconds = "15", reloadable, supported, "Seconds a failed DNS lookup is cached.";
         dns_zone_check_period: Seconds = "0", reloadable, unsupported, "Seconds between DNS zone serial checks; 0 = off.";
         idle_transaction_timeout: Seconds = "0", reloadable, supported, "Seconds a server may stay idle in transaction before it is closed; 0 = no limit.";
         ignore_startup_parameters: Vec<String> = "", reloadable, supported, "Comma list of startup parameters to ignore instead of rejecting ('options' ignores unknown -c settings).";

@@ -133,6 +133,8 @@ const NON_RELOADABLE: &[&str] = &[
 /// Keys the first Sluice version implements.
 const SUPPORTED: &[&str] = &[
     "disable_pqexec",
+    "dns_max_ttl",
+    "dns_nxdomain_ttl",
     "login_notify_message",
     "max_prepared_statements",
     "logfile",

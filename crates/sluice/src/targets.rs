@@ -240,6 +240,10 @@ pub fn pool_settings(
             tcp: tcp_tuning(cfg),
             max_packet_size: g.max_packet_size as usize,
             tls,
+            dns_ttl: crate::net::dns::DnsTtl {
+                found: g.dns_max_ttl.as_duration().unwrap_or_default(),
+                failed: g.dns_nxdomain_ttl.as_duration().unwrap_or_default(),
+            },
         },
         target: Arc::new(target),
         generation,

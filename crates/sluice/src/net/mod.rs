@@ -1,6 +1,7 @@
 //! Network plumbing: one stream type for TCP, Unix sockets and TLS, socket options, addresses, and
 //! the open-files limit they all count against.
 
+pub mod dns;
 pub mod fd_limit;
 pub mod framed;
 pub mod socket;

@@ -54,6 +54,8 @@ pub trait Connector: Send + Sync + 'static {
 pub struct PgConnector {
     next_id: Arc<AtomicU64>,
     facts: Arc<ServerFactsBook>,
+    /// Server host names resolved (dns_max_ttl, dns_nxdomain_ttl).
+    dns: Arc<crate::net::dns::DnsCache>,
 }
 
 impl Default for PgConnector {
@@ -61,6 +63,7 @@ impl Default for PgConnector {
         PgConnector {
             next_id: Arc::new(AtomicU64::new(1)),
             facts: Arc::default(),
+            dns: Arc::default(),
         }
     }
 }
@@ -74,8 +77,9 @@ impl Connector for PgConnector {
     ) -> ConnectFuture {
         let id = crate::ids::ServerId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let book = self.facts.clone();
+        let dns = self.dns.clone();
         Box::pin(async move {
-            let mut conn = connect::open(id, &target, keys.as_ref(), &opts).await?;
+            let mut conn = connect::open(id, &target, keys.as_ref(), &opts, &dns).await?;
             let addr = conn.addr.to_string();
             if book.claim(&addr) {
                 let asked = facts::learn(&mut conn, opts.max_packet_size);
@@ -97,7 +101,8 @@ impl Connector for PgConnector {
         opts: ConnectOptions,
     ) -> ConnectFuture {
         let id = crate::ids::ServerId(self.next_id.fetch_add(1, Ordering::Relaxed));
-        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts).await })
+        let dns = self.dns.clone();
+        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts, &dns).await })
     }
 
     fn id_sequence(&self) -> Option<Arc<AtomicU64>> {

@@ -91,6 +91,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
             tcp: TcpTuning::default(),
             max_packet_size: 1 << 30,
             tls: Arc::new(crate::tls::ServerTls::disabled()),
+            dns_ttl: Default::default(),
         },
         target: Arc::new(ServerTarget::new(
             vec![],

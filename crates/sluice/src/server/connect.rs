@@ -23,6 +23,8 @@ pub struct ConnectOptions {
     pub max_packet_size: usize,
     /// server_tls_* as of the pool's last settings refresh.
     pub tls: Arc<ServerTls>,
+    /// dns_max_ttl / dns_nxdomain_ttl.
+    pub dns_ttl: crate::net::dns::DnsTtl,
 }
 
 /// Connect and log in. The result is idle (ReadyForQuery 'I').
@@ -31,6 +33,7 @@ pub async fn open(
     target: &ServerTarget,
     keys: Option<&ScramKeys>,
     opts: &ConnectOptions,
+    dns: &crate::net::dns::DnsCache,
 ) -> Result<ServerConn, ServerError> {
     let Some((index, addr)) = target.pick_addr() else {
         return Err(ServerError::Unexpected("database has no host".into()));
@@ -39,7 +42,12 @@ pub async fn open(
     let work = async {
         let (stream, tls) = match &addr {
             ServerAddr::Tcp { host, port } => {
-                let s = TcpStream::connect((host.as_str(), *port)).await?;
+                let ips = dns.resolve(host, opts.dns_ttl).await?;
+                let addrs: Vec<std::net::SocketAddr> = ips
+                    .into_iter()
+                    .map(|ip| std::net::SocketAddr::new(ip, *port))
+                    .collect();
+                let s = TcpStream::connect(&addrs[..]).await?;
                 tune_tcp(&s, &opts.tcp);
                 opts.tls.connect(s, host).await.map_err(|e| match e {
                     // The server went away while asked for TLS: a network failure (retried after
