@@ -285,14 +285,23 @@ fn root_is_refused_unless_it_switches_user() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
-    let uid = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .unwrap()
-        .to_string();
+    // The port answers once the socket listens, which is before the switch (it binds as root);
+    // the accept loops start after it. Wait for the switch rather than read the uid once.
+    let effective_uid = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+        status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .unwrap()
+            .to_string()
+    };
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid;
+    let mut uid = effective_uid();
+    while uid != nobody.to_string() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        uid = effective_uid();
+    }
     assert_eq!(uid, nobody.to_string(), "effective uid after -u nobody");
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
