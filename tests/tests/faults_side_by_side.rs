@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bad_input_common::{raw_login_at, raw_query, raw_scalar, rss_kib, su, DB_LINE, USERLIST};
+use bad_input_common::{
+    raw_login_at, raw_query, raw_scalar, rss_kib, status_kib, su, DB_LINE, USERLIST,
+};
 use sluice_e2e::{raise_own_nofile, Anchor, RawConn, Sluice};
 
 /// One pooler under test: where it listens and its process (for /proc figures).
@@ -45,15 +47,6 @@ fn pgbouncer(extra: &str) -> Option<Pooler> {
         pid,
         _keep: Box::new(a),
     })
-}
-
-fn hwm_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn row(what: &str, pgbouncer: Option<String>, sluice: String) {
@@ -214,7 +207,7 @@ async fn storm(p: &Pooler, n: usize) -> (u64, Duration) {
         .await
         .expect("storm not served within 60 s");
     let took = t0.elapsed();
-    let peak = hwm_kib(p.pid);
+    let peak = status_kib(p.pid, "VmHWM");
     for t in tasks {
         t.await.unwrap();
     }

@@ -218,10 +218,15 @@ pub async fn closed_promptly(mut c: tokio::net::TcpStream, what: &str) -> Vec<(u
 
 /// VmRSS of a process in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS")
+}
+
+/// A kB line of /proc/<pid>/status (`VmRSS`, `VmHWM`).
+pub fn status_kib(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS line")
+        .unwrap_or_else(|| panic!("{key} line"))
 }
