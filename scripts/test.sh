@@ -30,6 +30,10 @@ missing=()
 { command -v cc >/dev/null && command -v make >/dev/null; } || missing+=(build-essential)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v curl >/dev/null || missing+=(curl)
+# PgBouncer's own suite (scripts/pgbouncer-suite.sh): socat for two of its cases; the reference
+# PgBouncer 1.25.2 binary needs libevent and OpenSSL 3.
+command -v socat >/dev/null || missing+=(socat)
+[ -e /usr/lib/x86_64-linux-gnu/libevent-2.1.so.7 ] || [ "$(uname -m)" != x86_64 ] || missing+=(libevent-2.1-7)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 # Driver toolchains for the compat/ matrix (tests/tests/compat.rs; a missing one turns its cells SKIP).
 { command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' >/dev/null 2>&1; } || missing+=(python3 python3-venv)
@@ -91,6 +95,15 @@ fi
 status=0
 log "cargo test --workspace${SLUICE_TEST_FILTER:+ $SLUICE_TEST_FILTER}"
 cargo test --workspace --no-fail-fast ${SLUICE_TEST_FILTER:+"$SLUICE_TEST_FILTER"} "$@" || status=$?
+
+# PgBouncer's own pytest suite, the counted files, against the binary just built (~6 minutes);
+# fails on a case outside tests/data/pgbouncer_suite_deliberate.txt.
+if [ -n "${SLUICE_TEST_FILTER:-}" ]; then
+    log "PgBouncer's suite skipped (SLUICE_TEST_FILTER set)"
+else
+    log "scripts/pgbouncer-suite.sh target/debug/sluice"
+    scripts/pgbouncer-suite.sh target/debug/sluice || status=1
+fi
 
 # Fuzzing: every fuzz/ target for FUZZ_SECONDS in total (default 60) from the committed corpus;
 # installs nightly + cargo-fuzz when missing, SKIPs loudly without network; a crash fails the run.

@@ -170,21 +170,38 @@ fn resume(
     })
 }
 
-/// The end of a client: the FATAL it is owed, the disconnect log line, the socket shut down.
+/// The end of a client: the disconnect log line, the FATAL it is owed, the socket shut down.
+///
+/// The log line comes first, as PgBouncer writes it: a client (or a test) that reads the log as
+/// soon as it has the FATAL finds the reason there.
 async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
     let cfg = app.config();
-    match &reason {
-        EndReason::Error(n) => {
-            if cfg.settings.log_pooler_errors {
-                tracing::warn!(
-                    "C-{}: {} pooler error: {}",
-                    client.id,
-                    client.label(),
-                    n.message
-                );
-            }
-            client.send_fatal(n).await;
+    if let EndReason::Error(n) = &reason {
+        if cfg.settings.log_pooler_errors {
+            tracing::warn!(
+                "C-{}: {} pooler error: {}",
+                client.id,
+                client.label(),
+                n.message
+            );
         }
+    }
+    if cfg.settings.log_disconnections && !matches!(reason, EndReason::NoSession) {
+        let why = match &reason {
+            EndReason::ClientClosed | EndReason::NoSession => "client close request",
+            EndReason::LoginTimeout => "client_login_timeout",
+            EndReason::Error(n) => n.message.as_str(),
+            EndReason::Shutdown => "server shutting down",
+        };
+        tracing::info!(
+            "C-{}: {} closing because: {}",
+            client.id,
+            client.label(),
+            why
+        );
+    }
+    match &reason {
+        EndReason::Error(n) => client.send_fatal(n).await,
         EndReason::LoginTimeout => {
             client
                 .send_fatal(&ClientNotice::new(
@@ -202,20 +219,6 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
                 .await;
         }
         EndReason::ClientClosed | EndReason::NoSession => {}
-    }
-    if cfg.settings.log_disconnections && !matches!(reason, EndReason::NoSession) {
-        let why = match &reason {
-            EndReason::ClientClosed | EndReason::NoSession => "client close request".to_string(),
-            EndReason::LoginTimeout => "client_login_timeout".to_string(),
-            EndReason::Error(n) => n.message.clone(),
-            EndReason::Shutdown => "server shutting down".to_string(),
-        };
-        tracing::info!(
-            "C-{}: {} closing because: {}",
-            client.id,
-            client.label(),
-            why
-        );
     }
     // A plaintext client that closed (Terminate or EOF) is owed nothing more: closing the socket
     // (on drop) sends the FIN, a shutdown first would be one more system call per login. TLS
