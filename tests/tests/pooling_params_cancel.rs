@@ -262,3 +262,64 @@ async fn cancel_reaches_a_request_behind_statements_sent_ahead() {
     assert_eq!(settings(&b).await.0, "b");
     assert_eq!(settings(&a).await.0, "a");
 }
+
+/// `options` with search_path and default_transaction_read_only, as a client sends them.
+async fn connect_options(s: &Sluice, user: &str, options: &str) -> Client {
+    let mut cfg = tokio_postgres::Config::new();
+    cfg.host("127.0.0.1")
+        .port(s.port)
+        .user(user)
+        .password(PW)
+        .dbname("app")
+        .options(options);
+    let (client, conn) = cfg
+        .connect(NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect {options}: {}\nlog:\n{}", err_text(&e), s.log()));
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_path_and_read_only_are_tracked_by_default_as_pgbouncer_1_26() {
+    // No track_extra_parameters in the file: PgBouncer 1.26's default tracks search_path and
+    // default_transaction_read_only, so a client may send them at startup and keeps them on
+    // every server it gets, while another client of the same server keeps the defaults.
+    let u = new_role("track126").await;
+    let (s, _) = start_one_server(&u);
+    let a = connect_options(
+        &s,
+        &u,
+        "-c search_path=a_schema -c default_transaction_read_only=on",
+    )
+    .await;
+    let b = connect_options(&s, &u, "-c application_name=b").await;
+    let default_path = path(&b).await;
+    assert_ne!(default_path, "a_schema");
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        assert_eq!(path(&a).await, "a_schema");
+        assert_eq!(
+            simple_first(&a, "SHOW default_transaction_read_only").await,
+            "on"
+        );
+        let err = a.batch_execute("CREATE TABLE track126 (x int)").await;
+        assert_eq!(
+            err.unwrap_err().code(),
+            Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+        );
+        pids.push(simple_first(&a, "SELECT pg_backend_pid()").await);
+        assert_eq!(path(&b).await, default_path);
+        assert_eq!(
+            simple_first(&b, "SHOW default_transaction_read_only").await,
+            "off"
+        );
+        pids.push(simple_first(&b, "SELECT pg_backend_pid()").await);
+    }
+    assert!(
+        pids.windows(2).all(|w| w[0] == w[1]),
+        "not one shared server: {pids:?}"
+    );
+}

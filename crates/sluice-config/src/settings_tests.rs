@@ -310,7 +310,14 @@ fn default_values_are_pgbouncers() {
     assert_eq!(s.query_wait_timeout, Seconds(120.0));
     assert_eq!(s.server_check_query, ServerCheckQuery::EmptyQuery);
     assert_eq!(s.server_reset_query, "DISCARD ALL");
-    assert_eq!(s.track_extra_parameters, vec!["IntervalStyle".to_string()]);
+    assert_eq!(
+        s.track_extra_parameters,
+        [
+            "IntervalStyle",
+            "search_path",
+            "default_transaction_read_only"
+        ]
+    );
     assert!(s.admin_users.is_empty());
     assert_eq!(s.max_packet_size, 2147483647);
     assert_eq!(s.auth_query, AUTH_QUERY_DEFAULT);

@@ -147,6 +147,8 @@ pub fn login<'a>(
                 .to_string();
             params.set("application_name", &format!("{base} - {}", client.peer));
         }
+        // Tracked values the servers do not report are replayed as committed SETs.
+        let unreported = params.take_unreported(&app.tracked, &welcome.params);
         params.fill_tracked_from(&app.tracked, &welcome.params);
         welcome.share(&mut params);
         welcome.mark_and_greet(&app.tracked, &mut params, &mut client.wbuf);
@@ -188,7 +190,7 @@ pub fn login<'a>(
             entry,
             params,
             statements: ClientStatements::default(),
-            tracker: SessionTracker::default(),
+            tracker: SessionTracker::with_startup_values(unreported),
             counted_pinned: false,
             params_confirmed: false,
             cancel,

@@ -162,6 +162,24 @@ impl SessionTracker {
         }
     }
 
+    /// A new client's tracker holding startup values (lower-case name, value) that are replayed
+    /// as if the client had SET them (`ParamMap::take_unreported`).
+    pub fn with_startup_values(values: Vec<(String, String)>) -> Self {
+        let tracked = values
+            .into_iter()
+            .map(|(name, value)| {
+                // E'' reads the same whatever standard_conforming_strings the server has.
+                let replay = format!(
+                    "SELECT pg_catalog.set_config('{}', E'{}', false)",
+                    name.replace('\'', "''"),
+                    value.replace('\\', "\\\\").replace('\'', "''")
+                );
+                (name, replay)
+            })
+            .collect();
+        SessionTracker::restored(tracked)
+    }
+
     /// The committed changes, one per key: (key, statement that replays it).
     pub fn tracked_sets(&self) -> &[(String, String)] {
         &self.tracked
@@ -238,6 +256,19 @@ mod tests {
 
     fn observe(t: &mut SessionTracker, sql: &str) -> Verdict {
         t.observe(sql.as_bytes(), LexOptions::default(), true)
+    }
+
+    #[test]
+    fn startup_values_replay_until_the_client_sets_its_own() {
+        let mut t =
+            SessionTracker::with_startup_values(vec![("search_path".into(), r"it's a\b".into())]);
+        assert_eq!(
+            t.replay_sql().as_deref(),
+            Some(r"SELECT pg_catalog.set_config('search_path', E'it''s a\\b', false);")
+        );
+        observe(&mut t, "SET search_path TO app");
+        t.on_ready(true);
+        assert_eq!(t.replay_sql().as_deref(), Some("SET search_path TO app;"));
     }
 
     #[test]
