@@ -35,6 +35,9 @@ pub struct StartupInfo {
     pub replication: Replication,
 }
 
+/// Returned once and taken apart at once: boxing the large variant would cost every login an
+/// allocation for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Startup {
     Login(StartupInfo),
     /// The connection was a cancel request (handled) or closed before a startup packet.
