@@ -155,10 +155,16 @@ impl Anchor {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
                 return Some(Ok(a));
             }
-            if Instant::now() > deadline || a.child.try_wait().ok().flatten().is_some() {
+            let exited = a.child.try_wait().ok().flatten();
+            if Instant::now() > deadline || exited.is_some() {
+                let how = match exited {
+                    Some(st) => format!("({st})"),
+                    None => "(running, not listening after 10 s)".to_string(),
+                };
+                let out = fs::read_to_string(&out_path).unwrap_or_default();
                 return Some(Err(AnchorRefused {
                     log: a.log(),
-                    output: fs::read_to_string(&out_path).unwrap_or_default(),
+                    output: format!("{how}\n{out}"),
                     ini: a.config(),
                 }));
             }

@@ -17,7 +17,7 @@ pub const ALLOW_MISSING_TOOLS: &str = "SLUICE_ALLOW_MISSING_TOOLS";
 pub fn missing_tool(what: &str) {
     if std::env::var(ALLOW_MISSING_TOOLS).as_deref() != Ok("1") {
         panic!(
-            "{what}\nscripts/test.sh installs it; to let the tests that need it pass without \
+            "{what}\nscripts/test.sh provides it (and fails loudly when it cannot); to let the tests that need it pass without \
              running them, set {ALLOW_MISSING_TOOLS}=1"
         );
     }
@@ -29,16 +29,20 @@ pub fn missing_tool(what: &str) {
     // macros write (and shows it only for a failed test), and this line is meant to be seen.
     let _ = writeln!(
         std::io::stderr(),
-        "\n!!!!!!!! NOT RUN ({ALLOW_MISSING_TOOLS}=1): {test} asserted nothing: {what}\n"
+        "\n!!!!!!!! NOT RUN ({ALLOW_MISSING_TOOLS}=1): {test} did not check what needs it: {what}\n"
     );
 }
 
-/// `found` when it is Some; otherwise `missing_tool(&what())` and None (reached only under the
-/// opt-out), for the caller to return on.
+/// The tool when it was found (`Ok`); otherwise (`Err` says what is missing) `missing_tool` and
+/// None (reached only under the opt-out), for the caller to return on. Call it on the test's
+/// own thread, so that the opt-out's line names the test.
 #[track_caller]
-pub fn require<T>(found: Option<T>, what: impl FnOnce() -> String) -> Option<T> {
-    if found.is_none() {
-        missing_tool(&what());
+pub fn require<T>(found: Result<T, String>) -> Option<T> {
+    match found {
+        Ok(t) => Some(t),
+        Err(what) => {
+            missing_tool(&what);
+            None
+        }
     }
-    found
 }

@@ -103,7 +103,7 @@ fn promcheck() -> Option<PathBuf> {
             format!("Prometheus parser check: cannot build it (Go module proxy unreachable?): {e}")
         })
     });
-    require(built.as_ref().ok().cloned(), || built.clone().unwrap_err())
+    require(built.clone())
 }
 
 /// Parse with the real Prometheus parser: family name -> (type, sample count).
@@ -355,33 +355,37 @@ async fn pgbouncer_exporter_scrapes_sluice() {
     assert!(text.contains("pgbouncer_version_info{"), "{text}");
 }
 
-/// Build tests/go/exportercheck. A missing `go` or a Go module proxy that cannot serve its
-/// modules fails the test (`missing_tool`; None only under the opt-out); so does a compile error.
-fn exportercheck() -> Option<PathBuf> {
+/// Build tests/go/exportercheck. Err says what is missing (`go`, or a Go module proxy that cannot
+/// serve its modules), for the test to `require`; a compile error fails the test here.
+fn exportercheck() -> Result<PathBuf, String> {
     if !go_available() {
-        missing_tool(
-            "pgbouncer_exporter query check: `go` is not installed (Debian package golang-go)",
+        return Err(
+            "pgbouncer_exporter query check: `go` is not installed (Debian package golang-go)"
+                .into(),
         );
-        return None;
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("go/exportercheck");
     if let Err(e) = run_go(&["mod", "download"], &dir, None, Duration::from_secs(300)) {
-        missing_tool(&format!(
+        return Err(format!(
             "pgbouncer_exporter query check: cannot fetch github.com/lib/pq from the Go module proxy: {}",
             e.trim()
         ));
-        return None;
     }
     let out = target_dir().join("go-bin/exportercheck");
     if let Err(e) = run_go(
-        &["build", "-o", out.to_str()?, "."],
+        &[
+            "build",
+            "-o",
+            out.to_str().expect("a UTF-8 target dir"),
+            ".",
+        ],
         &dir,
         None,
         Duration::from_secs(300),
     ) {
         panic!("tests/go/exportercheck does not build: {e}");
     }
-    Some(out)
+    Ok(out)
 }
 
 /// The `row <show> k=v ...` line of exportercheck's output whose fields include all of `keys`.
@@ -417,7 +421,7 @@ fn num(row: &std::collections::HashMap<String, String>, col: &str) -> f64 {
 /// exactly as the exporter does; then the figures for the live pool are checked against the workload.
 #[tokio::test]
 async fn pgbouncer_exporter_queries_against_console() {
-    let Some(bin) = tokio::task::spawn_blocking(exportercheck).await.unwrap() else {
+    let Some(bin) = require(tokio::task::spawn_blocking(exportercheck).await.unwrap()) else {
         return;
     };
     let pg = PgCluster::get();
