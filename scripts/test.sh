@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # THE test command: installs what a fresh Debian needs (only when missing), builds the whole workspace,
 # runs every test (unit + e2e), then a short fuzzing pass (scripts/fuzz.sh; SLUICE_SKIP_FUZZ=1 skips it).
+# Every tool a test needs is installed here: a test whose tool is missing fails (unless the developer
+# sets SLUICE_ALLOW_MISSING_TOOLS=1), and a tool this script cannot install fails the run, loudly,
+# at once and again at the end.
 # Optional SLUICE_TEST_FILTER=<name> is passed to `cargo test` (and skips fuzzing); extra arguments
 # are passed to `cargo test` as well (e.g. `scripts/test.sh -- --nocapture`).
 set -euo pipefail
@@ -8,6 +11,14 @@ cd "$(dirname "$0")/.."
 export RUST_BACKTRACE=1
 
 log() { printf '==> %s\n' "$*" >&2; }
+
+# What could not be set up: each entry makes the run fail (after the tests ran, so that the rest
+# is still reported).
+setup_failed=()
+setup_error() {
+    printf '\n!!!!!!!! SETUP FAILED: %s\n\n' "$*" >&2
+    setup_failed+=("$*")
+}
 
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
@@ -24,6 +35,7 @@ have_pg_server() {
     return 1
 }
 
+# The tools the tests need and the Debian packages that bring them (each line: a check, a package).
 missing=()
 { have_pg_server && command -v pgbench >/dev/null && command -v psql >/dev/null; } || missing+=(postgresql)
 { command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ]; } || missing+=(pgbouncer)
@@ -48,15 +60,66 @@ command -v groff >/dev/null || missing+=(groff-base)
 command -v buildah >/dev/null || missing+=(buildah)
 # The dashboard is loaded in a real headless browser (tests/tests/dashboard.rs).
 { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; } || missing+=(chromium)
+# The reference PgBouncer 1.25.2 of the parity tests (../shared/anchors, see below) links them.
+dpkg -s libevent-2.1-7 libssl3 >/dev/null 2>&1 || missing+=(libevent-2.1-7 libssl3)
 
 if [ ${#missing[@]} -gt 0 ]; then
     if command -v apt-get >/dev/null 2>&1; then
         log "installing: ${missing[*]}"
-        $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+        if ! { $SUDO apt-get update -qq \
+            && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+            setup_error "apt-get install ${missing[*]} failed (its error is above)"
+        fi
     else
-        log "WARNING: missing ${missing[*]} and no apt-get; continuing anyway"
+        setup_error "missing ${missing[*]} and no apt-get to install them"
     fi
+fi
+# What the packages should have brought.
+for tool in initdb:postgresql pgbench:postgresql psql:postgresql cc:build-essential \
+    python3:python3 go:golang-go systemd-analyze:systemd groff:groff-base buildah:buildah; do
+    name=${tool%%:*}
+    if [ "$name" = initdb ]; then have_pg_server && continue
+    elif command -v "$name" >/dev/null 2>&1; then continue; fi
+    setup_error "$name is still not installed (Debian package ${tool#*:})"
+done
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+    || setup_error "chromium is still not installed (Debian package chromium)"
+
+# tests/go/* (metrics.rs) and compat/go need Go 1.21 or later; Debian 12's golang-go is 1.19 and
+# cannot fetch a newer one itself. Then the Go module proxy serves the official toolchain as the
+# module golang.org/toolchain (checked against sum.golang.org by `go mod download`), unpacked into
+# target/tools/go and put first on PATH.
+go_minor() { go version 2>/dev/null | sed -n 's/.* go1\.\([0-9]*\).*/\1/p'; }
+GO_TOOLCHAIN=go1.22.12
+if command -v go >/dev/null 2>&1 && [ "$(go_minor)" -lt 21 ] 2>/dev/null; then
+    go_dir="$PWD/target/tools/go"
+    if [ ! -x "$go_dir/bin/go" ] || [ "$("$go_dir/bin/go" env GOVERSION 2>/dev/null)" != "$GO_TOOLCHAIN" ]; then
+        arch=$(go env GOARCH)
+        log "go $(go env GOVERSION) is older than 1.21: fetching $GO_TOOLCHAIN through the Go module proxy"
+        rm -rf "$go_dir"
+        mod="golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-$arch"
+        if dir=$(cd /tmp && go mod download -json "$mod" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p') \
+            && [ -n "$dir" ] && mkdir -p "$(dirname "$go_dir")" && cp -r "$dir" "$go_dir"; then
+            # Module zips keep no file modes: make the tools executable again.
+            chmod -R u+w "$go_dir"
+            chmod +x "$go_dir"/bin/* "$go_dir"/pkg/tool/*/*
+        else
+            setup_error "could not fetch $mod from the Go module proxy"
+            rm -rf "$go_dir"
+        fi
+    fi
+    [ -x "$go_dir/bin/go" ] && export PATH="$go_dir/bin:$PATH"
+fi
+command -v go >/dev/null 2>&1 && [ "$(go_minor)" -lt 21 ] 2>/dev/null \
+    && setup_error "go is $(go env GOVERSION); tests/go needs 1.21 or later"
+
+# The reference PgBouncer 1.25.2 of the parity tests (tests/tests/parity.rs, faults_side_by_side.rs):
+# not a package, it comes with the workspace in ../shared/anchors (or $PGBOUNCER_ANCHOR).
+anchor="${PGBOUNCER_ANCHOR:-../shared/anchors/pgbouncer-1.25.2}"
+if [ ! -x "$anchor" ]; then
+    setup_error "the reference PgBouncer is not at $anchor (set PGBOUNCER_ANCHOR); the parity tests will fail"
+elif ! "$anchor" --version >/dev/null 2>&1; then
+    setup_error "the reference PgBouncer at $anchor does not run: $("$anchor" --version 2>&1 | head -3)"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
@@ -76,7 +139,7 @@ cargo build --workspace --all-targets
 static_target="$(uname -m)-unknown-linux-gnu"
 log "cargo build -p sluice --target $static_target (crt-static, for the container image test)"
 RUSTFLAGS='-C target-feature=+crt-static' cargo build -p sluice --bin sluice --target "$static_target" \
-    || { log "WARNING: static build failed; tests/tests/container.rs will SKIP"
+    || { setup_error "the static build failed; tests/tests/container.rs will fail"
          rm -f "target/$static_target/debug/sluice"; }
 
 # deploy/kubernetes/ is validated offline (tests/tests/kubernetes.rs) against the Kubernetes schemas
@@ -87,7 +150,7 @@ if ! "$k8s_venv/bin/python3" -c 'import kubernetes_validate' >/dev/null 2>&1; th
     rm -rf "$k8s_venv"
     if ! { python3 -m venv "$k8s_venv" \
         && "$k8s_venv/bin/pip" install -q --disable-pip-version-check 'kubernetes-validate==1.37.0'; }; then
-        log "WARNING: could not install kubernetes-validate; tests/tests/kubernetes.rs will SKIP its schema checks"
+        setup_error "could not install kubernetes-validate; tests/tests/kubernetes.rs will fail its schema checks"
         rm -rf "$k8s_venv"
     fi
 fi
@@ -112,5 +175,10 @@ if [ -n "${SLUICE_TEST_FILTER:-}" ] || [ "${SLUICE_SKIP_FUZZ:-0}" = 1 ]; then
 else
     log "scripts/fuzz.sh (FUZZ_SECONDS=${FUZZ_SECONDS:-60})"
     scripts/fuzz.sh || status=1
+fi
+if [ ${#setup_failed[@]} -gt 0 ]; then
+    printf '\n!!!!!!!! SETUP FAILED (the tests that need these failed or would have):\n' >&2
+    printf '!!!!!!!!   %s\n' "${setup_failed[@]}" >&2
+    status=1
 fi
 exit "$status"

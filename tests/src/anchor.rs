@@ -1,6 +1,8 @@
-//! PgBouncer 1.25.2 (the reference binary in `../shared/anchors/`, or `$PGBOUNCER_ANCHOR`) run
-//! beside Sluice on the same configuration, for the parity tests. PgBouncer refuses to run as root,
-//! so it runs as `postgres` from a copy in its own temp dir. Absent binary: `None` (tests skip).
+//! PgBouncer 1.25.2 (the reference binary in `../shared/anchors/` beside the repository, or
+//! `$PGBOUNCER_ANCHOR`) run beside Sluice on the same configuration, for the parity tests.
+//! PgBouncer refuses to run as root, so it runs as `postgres` from a copy in its own temp dir.
+//! An absent binary fails the test (`missing_tool`; `SLUICE_ALLOW_MISSING_TOOLS=1` turns that into
+//! a loud line and None); a PgBouncer that does not start fails it with its log.
 
 use std::fs;
 use std::net::TcpStream;
@@ -11,13 +13,16 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::cluster::PgCluster;
+use crate::missing::missing_tool;
 use crate::ports::free_port;
 use crate::util::{chmod_755, chown_postgres, is_executable, pg_command};
 
-/// PgBouncer did not start: its log and the pgbouncer.ini it was given.
+/// PgBouncer did not start: its log, what it printed (a loader error for a missing library lands
+/// there) and the pgbouncer.ini it was given.
 #[derive(Debug)]
 pub struct AnchorRefused {
     pub log: String,
+    pub output: String,
     pub ini: String,
 }
 
@@ -28,24 +33,50 @@ pub struct Anchor {
 }
 
 impl Anchor {
-    /// The reference binary, when present.
-    pub fn binary() -> Option<PathBuf> {
-        if let Some(p) = std::env::var_os("PGBOUNCER_ANCHOR") {
-            return Some(PathBuf::from(p)).filter(|p| is_executable(p));
+    /// Where the reference binary is looked for: `$PGBOUNCER_ANCHOR`, else
+    /// `../shared/anchors/pgbouncer-1.25.2` beside the repository root.
+    pub fn expected_path() -> PathBuf {
+        match std::env::var_os("PGBOUNCER_ANCHOR") {
+            Some(p) => PathBuf::from(p),
+            None => {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/anchors/pgbouncer-1.25.2")
+            }
         }
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/anchors/pgbouncer-1.25.2");
-        Some(p).filter(|p| is_executable(p))
+    }
+
+    /// The reference binary, when present (a plain question: nothing printed, nothing failed).
+    pub fn binary() -> Option<PathBuf> {
+        Some(Self::expected_path()).filter(|p| is_executable(p))
+    }
+
+    /// Whether the reference binary is here. When it is not, the test fails (`missing_tool`);
+    /// false only under `SLUICE_ALLOW_MISSING_TOOLS=1`, for the caller to return on.
+    #[track_caller]
+    pub fn available() -> bool {
+        if Self::binary().is_some() {
+            return true;
+        }
+        missing_tool(&format!(
+            "the PgBouncer 1.25.2 reference binary is not at {} (set PGBOUNCER_ANCHOR, or keep \
+             ../shared/anchors/pgbouncer-1.25.2 beside the repository; it needs libevent-2.1-7 \
+             and libssl3)",
+            Self::expected_path().display()
+        ));
+        false
     }
 
     /// Start PgBouncer with `[pgbouncer]` lines `extra` (listen address, port, socket dir, auth
     /// file and logfile are set here) and `databases` (`{pg_port}` / `{pg_host}` replaced);
-    /// `userlist` is the auth file. None when the binary is absent or cannot start (printed).
+    /// `userlist` is the auth file. A PgBouncer that does not start fails the test with its log;
+    /// an absent binary fails it too (`available`). None only under the opt-out.
+    #[track_caller]
     pub fn start(extra: &str, databases: &str, userlist: &str) -> Option<Anchor> {
         Self::start_with(extra, databases, userlist, &[])
     }
 
     /// `start`, with more files in its directory (an HBA file...); `{dir}` and `{hba}`
     /// (`{dir}/hba.conf`) in `extra` and `databases` name them, as in `Sluice::builder`.
+    #[track_caller]
     pub fn start_with(
         extra: &str,
         databases: &str,
@@ -54,33 +85,39 @@ impl Anchor {
     ) -> Option<Anchor> {
         match Self::try_start_with(extra, databases, userlist, files)? {
             Ok(a) => Some(a),
-            Err(e) => {
-                eprintln!("SKIP: PgBouncer anchor did not start; its log:\n{}", e.log);
-                None
-            }
+            Err(e) => panic!(
+                "the PgBouncer 1.25.2 reference did not start\n--- its log:\n{}\n--- its output:\n{}\n--- its pgbouncer.ini:\n{}",
+                e.log, e.output, e.ini
+            ),
         }
     }
 
-    /// `start_with` for a configuration PgBouncer may refuse: None when the binary is absent,
-    /// Err with its log and pgbouncer.ini when it exits (or does not listen within 10 s).
+    /// `start_with` for a configuration PgBouncer may refuse: Err with its log and pgbouncer.ini
+    /// when it exits (or does not listen within 10 s). An absent binary fails the test
+    /// (`available`); None only under the opt-out.
+    #[track_caller]
     pub fn try_start_with(
         extra: &str,
         databases: &str,
         userlist: &str,
         files: &[(&str, &str)],
     ) -> Option<Result<Anchor, AnchorRefused>> {
-        let bin = Self::binary()?;
+        if !Self::available() {
+            return None;
+        }
+        let bin = Self::expected_path();
         let pg = PgCluster::get();
         let dir = tempfile::Builder::new()
             .prefix("sluice-anchor-")
             .tempdir()
-            .ok()?;
+            .expect("a temp dir for the reference PgBouncer");
         chmod_755(dir.path());
         chown_postgres(dir.path());
         let port = free_port();
         let d = dir.path().display().to_string();
         let copy = dir.path().join("pgbouncer");
-        fs::copy(&bin, &copy).ok()?;
+        fs::copy(&bin, &copy)
+            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", bin.display(), copy.display()));
         let places = |t: &str| {
             t.replace("{pg_port}", &pg.port.to_string())
                 .replace("{pg_host}", "127.0.0.1")
@@ -96,26 +133,38 @@ impl Anchor {
         let own = [("pgbouncer.ini", ini.as_str()), ("userlist.txt", userlist)];
         for &(name, text) in own.iter().chain(files) {
             let p = dir.path().join(name);
-            fs::write(&p, text).ok()?;
+            fs::write(&p, text).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
             chown_postgres(&p);
         }
         chown_postgres(&copy);
+        // What it prints before its logfile is open (a library the loader cannot find, a
+        // refused option) goes to a file of its own, for the failure message.
+        let out_path = dir.path().join("pgbouncer.out");
+        let out = fs::File::create(&out_path)
+            .unwrap_or_else(|e| panic!("create {}: {e}", out_path.display()));
         let child = pg_command(&copy)
             .arg(dir.path().join("pgbouncer.ini"))
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(out.try_clone().expect("dup the output file"))
+            .stderr(out)
             .spawn()
-            .ok()?;
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", copy.display()));
         let mut a = Anchor { port, dir, child };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
                 return Some(Ok(a));
             }
-            if Instant::now() > deadline || a.child.try_wait().ok().flatten().is_some() {
+            let exited = a.child.try_wait().ok().flatten();
+            if Instant::now() > deadline || exited.is_some() {
+                let how = match exited {
+                    Some(st) => format!("({st})"),
+                    None => "(running, not listening after 10 s)".to_string(),
+                };
+                let out = fs::read_to_string(&out_path).unwrap_or_default();
                 return Some(Err(AnchorRefused {
                     log: a.log(),
+                    output: format!("{how}\n{out}"),
                     ini: a.config(),
                 }));
             }

