@@ -42,10 +42,8 @@ missing=()
 { command -v cc >/dev/null && command -v make >/dev/null; } || missing+=(build-essential)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 command -v curl >/dev/null || missing+=(curl)
-# PgBouncer's own suite (scripts/pgbouncer-suite.sh): socat for two of its cases; the reference
-# PgBouncer 1.25.2 binary needs libevent and OpenSSL 3.
+# PgBouncer's own suite (scripts/pgbouncer-suite.sh): socat for two of its cases.
 command -v socat >/dev/null || missing+=(socat)
-[ -e /usr/lib/x86_64-linux-gnu/libevent-2.1.so.7 ] || [ "$(uname -m)" != x86_64 ] || missing+=(libevent-2.1-7)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 # Driver toolchains for the compat/ matrix (tests/tests/compat.rs; a missing one turns its cells SKIP).
 { command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' >/dev/null 2>&1; } || missing+=(python3 python3-venv)
@@ -76,7 +74,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # What the packages should have brought.
 for tool in initdb:postgresql pgbench:postgresql psql:postgresql cc:build-essential \
-    python3:python3 go:golang-go systemd-analyze:systemd groff:groff-base buildah:buildah; do
+    python3:python3 socat:socat go:golang-go systemd-analyze:systemd groff:groff-base buildah:buildah; do
     name=${tool%%:*}
     if [ "$name" = initdb ]; then have_pg_server && continue
     elif command -v "$name" >/dev/null 2>&1; then continue; fi
