@@ -23,8 +23,8 @@ use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
 use crate::error::{invalid_server_parameter, sqlstate, ClientNotice};
 use crate::forward::{Prepared, Relay, RelayEnd, RelayRules, RelayScratch, SessionParts};
 use crate::lifecycle::{Lifecycle, Phase};
-use crate::pool::PoolSettings;
 use crate::pool::{Pool, PooledServer};
+use crate::pool::{PoolSettings, SettingsSnapshot};
 use crate::prepared::ClientStatements;
 use crate::server::params::{set_all_statement, set_statement, ParamMap};
 use crate::server::query;
@@ -138,7 +138,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
             }
         }
         s.pool.refresh_settings(&mut settings);
-        match serve_request(app, client, &mut s, &settings, may_hand_over).await {
+        match serve_request(app, client, &mut s, &mut settings, may_hand_over).await {
             Served::Next | Served::HandOver => {}
             Served::End(reason) => return Outcome::End(reason),
         }
@@ -150,11 +150,11 @@ async fn serve_request(
     app: &Arc<App>,
     client: &mut ClientConn,
     s: &mut Session,
-    settings: &Arc<PoolSettings>,
+    snapshot: &mut SettingsSnapshot,
     may_hand_over: bool,
 ) -> Served {
-    let max_packet = settings.connect.max_packet_size;
-    let idle_limit = settings.relay.client_idle_timeout;
+    let max_packet = snapshot.connect.max_packet_size;
+    let idle_limit = snapshot.relay.client_idle_timeout;
     s.entry.set_state(ClientState::Idle);
     match wait_for_request(
         client,
@@ -189,6 +189,10 @@ async fn serve_request(
     if app.lifecycle.phase() == Phase::WaitForServers {
         return Served::End(EndReason::Shutdown);
     }
+    // A SET or RELOAD while the client was idle applies to the request that just arrived (an
+    // admin's `SET max_prepared_statements = 0` is seen by the next Bind, as in PgBouncer).
+    s.pool.refresh_settings(snapshot);
+    let settings: &Arc<PoolSettings> = snapshot;
     // The request's one clock reading: its wait and the hand-out share it (and the relay's start
     // when the server is handed over at once).
     let arrived = Instant::now();
