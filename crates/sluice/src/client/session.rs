@@ -21,7 +21,9 @@ use crate::app::App;
 use crate::cancel::CancelHandle;
 use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
 use crate::error::{invalid_server_parameter, sqlstate, ClientNotice};
-use crate::forward::{Prepared, Relay, RelayEnd, RelayRules, RelayScratch, SessionParts};
+use crate::forward::{
+    request_len_limit, Prepared, Relay, RelayEnd, RelayRules, RelayScratch, SessionParts,
+};
 use crate::lifecycle::{Lifecycle, Phase};
 use crate::pool::{Pool, PooledServer};
 use crate::pool::{PoolSettings, SettingsSnapshot};
@@ -155,10 +157,12 @@ async fn serve_request(
 ) -> Served {
     let max_packet = snapshot.connect.max_packet_size;
     let idle_limit = snapshot.relay.client_idle_timeout;
+    let rewrites_names = snapshot.mode != PoolMode::Session && snapshot.session.max_prepared > 0;
     s.entry.set_state(ClientState::Idle);
     match wait_for_request(
         client,
         max_packet,
+        rewrites_names,
         idle_limit,
         &mut s.idle_sleep,
         &app.lifecycle,
@@ -564,6 +568,8 @@ fn release_clean(
 async fn wait_for_request(
     client: &mut ClientConn,
     max_packet: usize,
+    // Describe/Close with a statement name are rewritten: PostgreSQL's small limit does not apply.
+    rewrites_names: bool,
     idle_limit: Option<Duration>,
     idle_sleep: &mut Option<Pin<Box<Sleep>>>,
     lifecycle: &Lifecycle,
@@ -589,7 +595,7 @@ async fn wait_for_request(
             Ok(Some(h)) if !frontend_tag::is_defined_after_login(h.tag) => {
                 return Idle::Bad(frontend_tag::undefined_message(h.tag))
             }
-            Ok(Some(h)) if h.len > frontend_tag::max_len(h.tag) => {
+            Ok(Some(h)) if h.len > request_len_limit(h.tag, rewrites_names) => {
                 return Idle::Bad(frontend_tag::oversized_message(h.tag, h.len))
             }
             Ok(Some(_)) => return Idle::Request,
