@@ -446,4 +446,19 @@ async fn parse_and_bind_counters_in_show_stats() {
     assert_eq!(n("client_parse_count"), 1);
     assert_eq!(n("server_parse_count"), 1);
     assert_eq!(n("bind_count"), 2);
+    // SHOW CLIENTS: the client's names; SHOW SERVERS: what the server has prepared (one
+    // statement for two names with the same text).
+    c.send(&[parse("k2", "SELECT 1"), sync()].concat()).await;
+    read_until(&mut c, b'Z').await;
+    let prepared_of = |r: &sluice_e2e::ConsoleResult| {
+        let db = r.col("database");
+        r.find("prepared_statements", |row| {
+            row[db].as_deref() == Some("app")
+        })
+        .unwrap()
+    };
+    let clients = console.query("SHOW CLIENTS").await.unwrap();
+    assert_eq!(prepared_of(&clients), "2");
+    let servers = console.query("SHOW SERVERS").await.unwrap();
+    assert_eq!(prepared_of(&servers), "1");
 }

@@ -301,6 +301,7 @@ async fn serve_request(
         }
     };
     let released_at = s.relay_scratch.take_last_clock();
+    s.entry.set_prepared(s.statements.len());
     s.cancel.slot.unlink();
     s.entry.server_id.store(0, Ordering::Relaxed);
     sync_pin_count(s);
