@@ -306,6 +306,58 @@ async fn a_duplicate_statement_name_is_refused() {
     );
     c.send(&[bind("dup"), execute(), sync()].concat()).await;
     assert_eq!(first_value(&read_until(&mut c, b'Z').await), "1");
+    // PgBouncer's log lines, which operators grep for, are written before the client's reply.
+    c.send(&[describe_stmt("gone"), sync()].concat()).await;
+    assert_eq!(tags(&read_until(&mut c, b'Z').await), "EZ");
+    let log = s.log();
+    assert!(
+        log.contains("prepared statement 'dup' was already prepared")
+            && log.contains("prepared statement 'gone' not found"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn a_statement_name_longer_than_postgresqls_small_message_limit_works() {
+    let s = start("");
+    let mut c = raw_login(&s).await;
+    // Describe and Close of such a name exceed the 10,000 bytes PostgreSQL accepts for them, but
+    // the server only ever sees the pooler's short name.
+    let name = "a".repeat(16 * 1024);
+    c.send(&[parse(&name, "SELECT 7"), describe_stmt(&name), sync()].concat())
+        .await;
+    assert_eq!(tags(&read_until(&mut c, b'Z').await), "1tTZ");
+    c.send(&[bind(&name), execute(), close_stmt(&name), sync()].concat())
+        .await;
+    let got = read_until(&mut c, b'Z').await;
+    assert_eq!(tags(&got), "2DC3Z");
+    assert_eq!(first_value(&got), "7");
+    // A Describe that goes to the server as sent (a portal) keeps PostgreSQL's limit.
+    c.send(&[msg(b'D', &[b"P", name.as_bytes(), b"\0"]), sync()].concat())
+        .await;
+    let got = read_until(&mut c, b'E').await;
+    let f = error_fields(&got.last().unwrap().1);
+    assert!(f[&b'M'].contains("invalid message length"), "{f:?}");
+}
+
+#[tokio::test]
+async fn max_prepared_statements_set_to_0_applies_to_an_idle_clients_next_request() {
+    let s = start("default_pool_size = 1\nadmin_users = trust_user");
+    let mut c = raw_login(&s).await;
+    c.send(&[parse("k", "SELECT 1"), sync()].concat()).await;
+    assert_eq!(tags(&read_until(&mut c, b'Z').await), "1Z");
+    let mut console = Console::connect(s.port, "trust_user", "").await.unwrap();
+    console
+        .query("SET max_prepared_statements = 0")
+        .await
+        .unwrap();
+    // Names now pass through untouched: the server never heard of the client's "k".
+    c.send(&[bind("k"), execute(), sync()].concat()).await;
+    let got = read_until(&mut c, b'Z').await;
+    assert_eq!(tags(&got), "EZ");
+    let f = error_fields(&got[0].1);
+    assert_eq!(f[&b'C'], "26000");
+    assert!(f[&b'M'].contains("\"k\""), "{f:?}");
 }
 
 #[tokio::test]
@@ -384,10 +436,29 @@ async fn parse_and_bind_counters_in_show_stats() {
     read_until(&mut c, b'Z').await;
     c.send(&[bind("k"), execute(), sync()].concat()).await;
     read_until(&mut c, b'Z').await;
+    // Unnamed statements pass through uncounted, as in PgBouncer.
+    c.send(&[parse("", "SELECT 2"), bind(""), execute(), sync()].concat())
+        .await;
+    read_until(&mut c, b'Z').await;
     let mut console = Console::connect(s.port, "trust_user", "").await.unwrap();
     let t = console.query("SHOW STATS_TOTALS").await.unwrap();
     let n = |col: &str| t.get("app", col).unwrap().parse::<i64>().unwrap();
     assert_eq!(n("client_parse_count"), 1);
     assert_eq!(n("server_parse_count"), 1);
     assert_eq!(n("bind_count"), 2);
+    // SHOW CLIENTS: the client's names; SHOW SERVERS: what the server has prepared (one
+    // statement for two names with the same text).
+    c.send(&[parse("k2", "SELECT 1"), sync()].concat()).await;
+    read_until(&mut c, b'Z').await;
+    let prepared_of = |r: &sluice_e2e::ConsoleResult| {
+        let db = r.col("database");
+        r.find("prepared_statements", |row| {
+            row[db].as_deref() == Some("app")
+        })
+        .unwrap()
+    };
+    let clients = console.query("SHOW CLIENTS").await.unwrap();
+    assert_eq!(prepared_of(&clients), "2");
+    let servers = console.query("SHOW SERVERS").await.unwrap();
+    assert_eq!(prepared_of(&servers), "1");
 }

@@ -60,7 +60,10 @@ impl ClientConn {
     /// "db/user@addr" ("@addr" before the startup packet) for log lines. Formatted only when a line
     /// is written: formatting the address costs more than the rest of a login's bookkeeping.
     pub fn label(&self) -> Label<'_> {
-        Label(self)
+        Label {
+            peer: &self.peer,
+            names: self.names.as_deref(),
+        }
     }
 
     /// Write whatever was composed in `wbuf`.
@@ -97,14 +100,19 @@ impl Drop for ClientConn {
     }
 }
 
-/// See [`ClientConn::label`].
-pub struct Label<'a>(&'a ClientConn);
+/// See [`ClientConn::label`]. Borrows only the two fields it shows, so that a relay holding the
+/// connection's other fields mutably can still name the client in a log line.
+#[derive(Clone, Copy)]
+pub struct Label<'a> {
+    pub peer: &'a PeerAddr,
+    pub names: Option<&'a (String, String)>,
+}
 
 impl fmt::Display for Label<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.names.as_deref() {
-            Some((database, user)) => write!(f, "{database}/{user}@{}", self.0.peer),
-            None => write!(f, "@{}", self.0.peer),
+        match self.names {
+            Some((database, user)) => write!(f, "{database}/{user}@{}", self.peer),
+            None => write!(f, "@{}", self.peer),
         }
     }
 }

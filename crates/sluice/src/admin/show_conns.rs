@@ -109,7 +109,7 @@ fn client_rows(app: &App) -> Vec<ConnRow> {
                 num(pid),
                 text(c.tls.get().cloned().unwrap_or_default()),
                 text(c.application_name.get().cloned().unwrap_or_default()),
-                num(0),
+                num(c.prepared()),
                 num(c.id),
             ],
         });
@@ -177,7 +177,7 @@ fn server_rows(app: &App) -> Vec<ConnRow> {
                     num(r.remote_pid),
                     text(r.tls.clone()),
                     text(""),
-                    num(0),
+                    num(r.prepared()),
                     num(r.id),
                 ],
             });

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
@@ -59,6 +59,9 @@ impl ClientState {
 #[repr(C, align(64))]
 pub struct ClientEntry {
     state: AtomicU8,
+    /// SHOW CLIENTS `prepared_statements`: the client's protocol-level prepared statements, as
+    /// of its last transaction (in the padding before `server_id`: the line is written then anyway).
+    prepared: AtomicU32,
     /// Id of the linked server, 0 when unlinked.
     pub server_id: AtomicU64,
     /// Connect time (its base) and the latest request (when the client last left idle).
@@ -93,6 +96,18 @@ impl ClientEntry {
 
     pub fn set_state(&self, s: ClientState) {
         self.state.store(s as u8, Ordering::Relaxed);
+    }
+
+    pub fn prepared(&self) -> u32 {
+        self.prepared.load(Ordering::Relaxed)
+    }
+
+    /// The client now has `n` prepared statements (stored only when it changed).
+    pub fn set_prepared(&self, n: usize) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        if self.prepared.load(Ordering::Relaxed) != n {
+            self.prepared.store(n, Ordering::Relaxed);
+        }
     }
 
     /// A request arrived at `at` (the session's one clock reading for it): the client waits for
@@ -158,6 +173,7 @@ impl ClientRegistry {
             identity: OnceLock::new(),
             state: AtomicU8::new(ClientState::Login as u8),
             server_id: AtomicU64::new(0),
+            prepared: AtomicU32::new(0),
             kill: KillSwitch::new(),
             local_addr: OnceLock::new(),
             application_name: OnceLock::new(),

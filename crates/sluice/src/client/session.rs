@@ -21,10 +21,12 @@ use crate::app::App;
 use crate::cancel::CancelHandle;
 use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
 use crate::error::{invalid_server_parameter, sqlstate, ClientNotice};
-use crate::forward::{Prepared, Relay, RelayEnd, RelayRules, RelayScratch, SessionParts};
+use crate::forward::{
+    request_len_limit, Prepared, Relay, RelayEnd, RelayRules, RelayScratch, SessionParts,
+};
 use crate::lifecycle::{Lifecycle, Phase};
-use crate::pool::PoolSettings;
 use crate::pool::{Pool, PooledServer};
+use crate::pool::{PoolSettings, SettingsSnapshot};
 use crate::prepared::ClientStatements;
 use crate::server::params::{set_all_statement, set_statement, ParamMap};
 use crate::server::query;
@@ -138,7 +140,7 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
             }
         }
         s.pool.refresh_settings(&mut settings);
-        match serve_request(app, client, &mut s, &settings, may_hand_over).await {
+        match serve_request(app, client, &mut s, &mut settings, may_hand_over).await {
             Served::Next | Served::HandOver => {}
             Served::End(reason) => return Outcome::End(reason),
         }
@@ -150,15 +152,17 @@ async fn serve_request(
     app: &Arc<App>,
     client: &mut ClientConn,
     s: &mut Session,
-    settings: &Arc<PoolSettings>,
+    snapshot: &mut SettingsSnapshot,
     may_hand_over: bool,
 ) -> Served {
-    let max_packet = settings.connect.max_packet_size;
-    let idle_limit = settings.relay.client_idle_timeout;
+    let max_packet = snapshot.connect.max_packet_size;
+    let idle_limit = snapshot.relay.client_idle_timeout;
+    let rewrites_names = snapshot.mode != PoolMode::Session && snapshot.session.max_prepared > 0;
     s.entry.set_state(ClientState::Idle);
     match wait_for_request(
         client,
         max_packet,
+        rewrites_names,
         idle_limit,
         &mut s.idle_sleep,
         &app.lifecycle,
@@ -189,6 +193,10 @@ async fn serve_request(
     if app.lifecycle.phase() == Phase::WaitForServers {
         return Served::End(EndReason::Shutdown);
     }
+    // A SET or RELOAD while the client was idle applies to the request that just arrived (an
+    // admin's `SET max_prepared_statements = 0` is seen by the next Bind, as in PgBouncer).
+    s.pool.refresh_settings(snapshot);
+    let settings: &Arc<PoolSettings> = snapshot;
     // The request's one clock reading: its wait and the hand-out share it (and the relay's start
     // when the server is handed over at once).
     let arrived = Instant::now();
@@ -293,6 +301,7 @@ async fn serve_request(
         }
     };
     let released_at = s.relay_scratch.take_last_clock();
+    s.entry.set_prepared(s.statements.len());
     s.cancel.slot.unlink();
     s.entry.server_id.store(0, Ordering::Relaxed);
     sync_pin_count(s);
@@ -560,6 +569,8 @@ fn release_clean(
 async fn wait_for_request(
     client: &mut ClientConn,
     max_packet: usize,
+    // Describe/Close with a statement name are rewritten: PostgreSQL's small limit does not apply.
+    rewrites_names: bool,
     idle_limit: Option<Duration>,
     idle_sleep: &mut Option<Pin<Box<Sleep>>>,
     lifecycle: &Lifecycle,
@@ -585,7 +596,7 @@ async fn wait_for_request(
             Ok(Some(h)) if !frontend_tag::is_defined_after_login(h.tag) => {
                 return Idle::Bad(frontend_tag::undefined_message(h.tag))
             }
-            Ok(Some(h)) if h.len > frontend_tag::max_len(h.tag) => {
+            Ok(Some(h)) if h.len > request_len_limit(h.tag, rewrites_names) => {
                 return Idle::Bad(frontend_tag::oversized_message(h.tag, h.len))
             }
             Ok(Some(_)) => return Idle::Request,

@@ -10,7 +10,7 @@ use sluice_protocol::{
 
 use super::core::{client_violation, RelayCore};
 use super::expect::{Action, Expect};
-use super::refuse::Refusal;
+use super::refuse::{missing, BadName, Refusal, INVALID_SQL_STATEMENT_NAME};
 use super::RelayEnd;
 use crate::error::sqlstate;
 use crate::prepared::Statement;
@@ -19,9 +19,6 @@ use crate::session_state::tracker::Verdict;
 use crate::session_state::LexOptions;
 use crate::stats::PoolStats;
 use std::sync::Arc;
-
-const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
-const INVALID_SQL_STATEMENT_NAME: &str = "26000";
 
 /// What happened to one client message.
 enum Step {
@@ -110,7 +107,7 @@ impl RelayCore<'_> {
                     server_clean: self.server_clean(),
                 });
             }
-            if header.len > frontend_tag::max_len(tag) {
+            if header.len > super::request_len_limit(tag, self.prepared.is_some()) {
                 // PostgreSQL would hang up without a word, holding the client until it gives up.
                 return Err(RelayEnd::Fatal {
                     notice: crate::error::ClientNotice::new(
@@ -262,19 +259,15 @@ impl RelayCore<'_> {
                 self.open_copy_window(true);
                 Expect::Execute
             }
-            frontend_tag::PARSE => {
-                PoolStats::add(&self.stats.client_parse_count, 1);
-                PoolStats::add(&self.stats.server_parse_count, 1);
-                Expect::Parse {
-                    action: Action::Forward,
-                    client_name: None,
-                    cached: None,
-                }
-            }
-            frontend_tag::BIND => {
-                PoolStats::add(&self.stats.bind_count, 1);
-                Expect::Bind
-            }
+            // Unnamed statements, and every statement when the pooler does not rewrite them,
+            // are not counted: SHOW STATS' parse and bind counts are those of the statements the
+            // pooler manages (`rewrite`), as PgBouncer's are.
+            frontend_tag::PARSE => Expect::Parse {
+                action: Action::Forward,
+                client_name: None,
+                cached: None,
+            },
+            frontend_tag::BIND => Expect::Bind,
             frontend_tag::DESCRIBE => Expect::Describe,
             frontend_tag::CLOSE => Expect::Close {
                 action: Action::Forward,
@@ -320,10 +313,10 @@ impl RelayCore<'_> {
         let name_at = if tag == frontend_tag::PARSE { 5 } else { 6 };
         let head = &self.client.rbuf[start..start + avail.min(total)];
         if tag != frontend_tag::PARSE && head.get(5).is_some_and(|k| *k == b'P') {
-            return Ok(Step::PassThrough);
+            return self.pass_through_unchanged(tag, total);
         }
         if head.get(name_at) == Some(&0) {
-            return Ok(Step::PassThrough);
+            return self.pass_through_unchanged(tag, total);
         }
         // Named: Parse, Describe and Close are inspected whole.
         if avail < total {
@@ -350,10 +343,8 @@ impl RelayCore<'_> {
                     return Ok(Step::PassThrough);
                 };
                 if prep.client.contains(view.name) {
-                    let message = format!("prepared statement \"{}\" already exists", view.name);
-                    return Ok(self
-                        .refuse_in_batch(total, avail, DUPLICATE_PREPARED_STATEMENT, message)
-                        .into());
+                    let bad = BadName::InUse(view.name.to_string());
+                    return Ok(self.refuse_in_batch(total, avail, bad).into());
                 }
                 let name = view.name.to_string();
                 let stmt = prep.registry.intern(view.query, &view.param_types);
@@ -384,16 +375,15 @@ impl RelayCore<'_> {
                 let (kind, name) =
                     decode_describe_or_close(body).map_err(|_| malformed("Describe/Close"))?;
                 if kind != b'S' || name.is_empty() {
-                    return Ok(Step::PassThrough);
+                    return self.pass_through_unchanged(tag, total);
                 }
                 if start > 0 {
                     return Ok(Step::Wait);
                 }
                 let name = name.to_string();
                 if tag == frontend_tag::DESCRIBE && !self.has_client_statement(&name) {
-                    return Ok(self
-                        .refuse_in_batch(total, avail, INVALID_SQL_STATEMENT_NAME, missing(&name))
-                        .into());
+                    let bad = BadName::Missing(name);
+                    return Ok(self.refuse_in_batch(total, avail, bad).into());
                 }
                 self.client.rbuf.advance(total);
                 self.unsynced = true;
@@ -417,6 +407,22 @@ impl RelayCore<'_> {
             }
             _ => Ok(Step::PassThrough),
         }
+    }
+
+    /// A Parse/Describe/Close that goes to the server as the client sent it: held to PostgreSQL's
+    /// length limit, which `request_len_limit` relaxed for the Describe/Close the pooler rewrites.
+    fn pass_through_unchanged(&self, tag: u8, total: usize) -> Result<Step, RelayEnd> {
+        let len = u32::try_from(total - 1).unwrap_or(u32::MAX);
+        if len > frontend_tag::max_len(tag) {
+            return Err(RelayEnd::Fatal {
+                notice: crate::error::ClientNotice::new(
+                    sqlstate::PROTOCOL_VIOLATION,
+                    frontend_tag::oversized_message(tag, len),
+                ),
+                server_clean: self.server_clean(),
+            });
+        }
+        Ok(Step::PassThrough)
     }
 
     /// Bind names its statement near the start; only that head is rewritten, the parameters stream.
@@ -452,10 +458,8 @@ impl RelayCore<'_> {
             .ok()
             .and_then(|name| self.prepared.as_ref()?.client.get(name).cloned());
         let Some(stmt) = found else {
-            let message = missing(&String::from_utf8_lossy(name_bytes));
-            return Ok(self
-                .refuse_in_batch(total, avail, INVALID_SQL_STATEMENT_NAME, message)
-                .into());
+            let bad = BadName::Missing(String::from_utf8_lossy(name_bytes).into_owned());
+            return Ok(self.refuse_in_batch(total, avail, bad).into());
         };
         if stmt.affects_session {
             let opts = self.lex_options();
@@ -534,10 +538,6 @@ impl RelayCore<'_> {
             cached: Some(stmt.id),
         });
     }
-}
-
-fn missing(name: &str) -> String {
-    format!("prepared statement \"{name}\" does not exist")
 }
 
 fn no_such_statement(name: &str) -> RelayEnd {

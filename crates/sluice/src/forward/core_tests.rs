@@ -4,9 +4,9 @@
 use bytes::BytesMut;
 use sluice_config::PoolMode;
 use sluice_protocol::{
-    backend_tag, encode_bind_text, encode_command_complete, encode_execute, encode_flush,
-    encode_parse, encode_query, encode_ready_for_query, encode_sync, encode_terminate,
-    TransactionStatus,
+    backend_tag, encode_bind_text, encode_command_complete, encode_describe, encode_execute,
+    encode_flush, encode_parse, encode_query, encode_ready_for_query, encode_sync,
+    encode_terminate, TransactionStatus,
 };
 
 use super::core::RelayCore;
@@ -541,4 +541,72 @@ fn a_statement_name_never_prepared_gets_postgresqls_error_in_its_place_in_the_ba
     );
     assert!(!text.contains("sluice_refused"));
     assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+}
+
+#[test]
+fn a_statement_name_longer_than_postgresqls_small_message_limit_is_rewritten_not_refused() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Statement, true, true);
+    let name = "a".repeat(16 * 1024);
+    let batch = build(|b| {
+        encode_parse(&name, "select 1", &[], b);
+        encode_describe(b'S', &name, b);
+        encode_sync(b);
+    });
+    // A 16 KiB Describe would make PostgreSQL hang up, but the server gets the pooler's name.
+    client_sends(&mut r, &batch).unwrap();
+    let (to_server, _) = pump(&mut r);
+    assert_eq!(tags(&to_server), "PDS");
+    assert!(
+        to_server.len() < 100,
+        "the client's name reached the server"
+    );
+}
+
+#[test]
+fn a_describe_passed_through_unchanged_keeps_postgresqls_limit() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Statement, true, true);
+    let portal = "p".repeat(16 * 1024);
+    let end = client_sends(&mut r, &build(|b| encode_describe(b'P', &portal, b))).unwrap_err();
+    assert!(
+        matches!(&end, RelayEnd::Fatal { notice, .. } if notice.message.contains("invalid message length")),
+        "{end:?}"
+    );
+}
+
+#[test]
+fn parse_and_bind_counts_are_those_of_the_statements_the_pooler_rewrites() {
+    let mut w = World::new();
+    {
+        let mut r = w.relay(PoolMode::Transaction, true, true);
+        let batch = build(|b| {
+            encode_parse("", "select 1", &[], b);
+            encode_bind_text("", "", &[], b);
+            encode_parse("s1", "select 2", &[], b);
+            encode_bind_text("", "s1", &[], b);
+            encode_bind_text("", "s1", &[], b);
+            encode_sync(b);
+        });
+        client_sends(&mut r, &batch).unwrap();
+        pump(&mut r);
+    }
+    let s = w.stats.snapshot();
+    // The unnamed Parse and Bind pass through uncounted, as in PgBouncer.
+    assert_eq!(
+        (s.client_parse_count, s.server_parse_count, s.bind_count),
+        (1, 1, 2)
+    );
+    // Without rewriting (max_prepared_statements = 0) nothing is counted.
+    let mut w = World::new();
+    {
+        let mut r = w.relay(PoolMode::Transaction, false, true);
+        client_sends(&mut r, &extended("select 1", true)).unwrap();
+        pump(&mut r);
+    }
+    let s = w.stats.snapshot();
+    assert_eq!(
+        (s.client_parse_count, s.server_parse_count, s.bind_count),
+        (0, 0, 0)
+    );
 }

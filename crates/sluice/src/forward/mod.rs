@@ -36,7 +36,7 @@ use sluice_protocol::encode_query;
 use tokio::time::{Instant, Sleep};
 
 use crate::cancel::CancelSlot;
-use crate::conn::{ClientConn, CLIENT_READ_CHUNK};
+use crate::conn::{ClientConn, Label, CLIENT_READ_CHUNK};
 use crate::error::{sqlstate, ClientNotice};
 use crate::net::Stream;
 use crate::prepared::{ClientStatements, StatementRegistry};
@@ -92,6 +92,21 @@ pub enum RelayEnd {
     },
 }
 
+/// The longest length word the pooler accepts for a client message with `tag`: PostgreSQL's
+/// limit (`frontend_tag::max_len`), except that a Describe or Close may be as long as a Parse
+/// when the pooler rewrites statement names: the name the client chose (as long as it likes, as
+/// in a Parse or Bind) is replaced by a short one, so the server never sees the long message.
+/// A Describe/Close that passes through unchanged (a portal, the unnamed statement) is held to
+/// PostgreSQL's limit by the relay (`RelayCore::rewrite`).
+pub fn request_len_limit(tag: u8, rewrites_names: bool) -> u32 {
+    use sluice_protocol::frontend_tag::{CLOSE, DESCRIBE, LARGE_MESSAGE_LIMIT};
+    if rewrites_names && matches!(tag, DESCRIBE | CLOSE) {
+        LARGE_MESSAGE_LIMIT
+    } else {
+        sluice_protocol::frontend_tag::max_len(tag)
+    }
+}
+
 /// Prepared-statement rewriting context (transaction/statement mode with max_prepared_statements > 0).
 pub struct Prepared<'a> {
     pub registry: &'a StatementRegistry,
@@ -116,6 +131,9 @@ pub struct RelayScratch {
     /// A pooler query went into `c_inject` ahead of the client's request (`send_ahead`): the
     /// server's replies through its first ReadyForQuery are the pooler's.
     lead_skip: bool,
+    /// Log lines the client's requests caused (refused statement names), written by the shell
+    /// with the client's label as soon as the core returns, before the client sees its reply.
+    log_notes: Vec<String>,
 }
 
 impl RelayScratch {
@@ -146,6 +164,8 @@ pub struct Relay<'a> {
     server_stream: &'a mut Stream,
     suspend: &'a SuspendGate,
     client_id: crate::ids::ClientId,
+    /// The client as log lines name it (`log_notes`).
+    label: Label<'a>,
     core: RelayCore<'a>,
     deadline: Option<Instant>,
     /// Created the first time a deadline applies: most relays (no timeouts set, or a transaction
@@ -170,14 +190,21 @@ impl<'a> Relay<'a> {
             rbuf,
             suspend,
             id,
+            peer,
+            names,
             ..
         } = client;
+        let label = Label {
+            peer,
+            names: names.as_deref(),
+        };
         let (server_side, server_stream) = ServerSide::of(server);
         Relay {
             client_stream,
             server_stream,
             suspend,
             client_id: *id,
+            label,
             core: RelayCore::new(ClientSide { rbuf }, server_side, parts, rules, now),
             deadline: None,
             sleep: None,
@@ -207,7 +234,9 @@ impl<'a> Relay<'a> {
     /// Takes the relay by reference: the caller's frame holds it, and the future does not copy
     /// its ~250 bytes again (per transaction, into memory that is cold at many clients).
     pub async fn run(&mut self) -> RelayEnd {
-        if let Err(end) = self.core.start() {
+        let started = self.core.start();
+        self.write_log_notes();
+        if let Err(end) = started {
             return end;
         }
         poll_fn(|cx| {
@@ -258,7 +287,9 @@ impl<'a> Relay<'a> {
                 Err(end) => return Poll::Ready(end),
             }
             if progress {
-                if let Err(end) = self.core.after_writes() {
+                let scanned = self.core.after_writes();
+                self.write_log_notes();
+                if let Err(end) = scanned {
                     return Poll::Ready(end);
                 }
             }
@@ -286,7 +317,9 @@ impl<'a> Relay<'a> {
                             })
                         }
                         Poll::Ready(Ok(n)) => {
-                            if let Err(end) = self.core.read_from_client(n) {
+                            let scanned = self.core.read_from_client(n);
+                            self.write_log_notes();
+                            if let Err(end) = scanned {
                                 return Poll::Ready(end);
                             }
                             progress = true;
@@ -318,6 +351,13 @@ impl<'a> Relay<'a> {
             if !progress {
                 return self.poll_deadline(cx);
             }
+        }
+    }
+
+    /// Write the log lines the core noted (one length check when there are none).
+    fn write_log_notes(&mut self) {
+        for line in self.core.scratch.log_notes.drain(..) {
+            tracing::error!("C-{}: {} {line}", self.client_id, self.label);
         }
     }
 

@@ -19,6 +19,44 @@ use super::RelayEnd;
 /// A statement name no server has: the pooler's own are `sluice_<n>`, clients' never reach it.
 const REFUSED: &[u8] = b"sluice_refused";
 
+pub(super) const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+
+/// PostgreSQL's words for a statement name that does not exist.
+pub(super) fn missing(name: &str) -> String {
+    format!("prepared statement \"{name}\" does not exist")
+}
+
+/// Why a client's statement name is refused.
+pub(super) enum BadName {
+    /// Bound or described, but never prepared (or closed, or forgotten).
+    Missing(String),
+    /// Prepared again while still in use.
+    InUse(String),
+}
+
+impl BadName {
+    /// PostgreSQL's error for it: what the client is told.
+    fn error(&self) -> (&'static str, String) {
+        match self {
+            BadName::Missing(name) => (INVALID_SQL_STATEMENT_NAME, missing(name)),
+            BadName::InUse(name) => (
+                DUPLICATE_PREPARED_STATEMENT,
+                format!("prepared statement \"{name}\" already exists"),
+            ),
+        }
+    }
+
+    /// PgBouncer's log line for it, which operators grep for (PgBouncer then closes the client;
+    /// here the client only gets PostgreSQL's error).
+    fn log_line(&self) -> String {
+        match self {
+            BadName::Missing(name) => format!("prepared statement '{name}' not found"),
+            BadName::InUse(name) => format!("prepared statement '{name}' was already prepared"),
+        }
+    }
+}
+
 /// The client-side step of a refusal (see `client_scan::Step`).
 pub(super) enum Refusal {
     /// The message is not whole yet, or earlier output must go first.
@@ -29,14 +67,8 @@ pub(super) enum Refusal {
 
 impl RelayCore<'_> {
     /// Refuse the client message of `total` bytes at the front of the buffer (`avail` of it read)
-    /// with an ERROR `sqlstate` / `message`, in its place in the batch.
-    pub(super) fn refuse_in_batch(
-        &mut self,
-        total: usize,
-        avail: usize,
-        sqlstate: &'static str,
-        message: String,
-    ) -> Refusal {
+    /// with PostgreSQL's ERROR for `bad`, in its place in the batch, and note it for the log.
+    pub(super) fn refuse_in_batch(&mut self, total: usize, avail: usize, bad: BadName) -> Refusal {
         let start = self.c.ready;
         if start > 0 {
             return Refusal::Wait;
@@ -53,6 +85,8 @@ impl RelayCore<'_> {
             // client gets no reply for it.
             return Refusal::Consumed;
         }
+        self.scratch.log_notes.push(bad.log_line());
+        let (sqlstate, message) = bad.error();
         let out = &mut self.scratch.c_inject;
         out.put_u8(frontend_tag::BIND);
         // length, empty portal name, the statement name, no formats, no parameters, no result formats

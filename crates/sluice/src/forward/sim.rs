@@ -384,7 +384,7 @@ pub(super) struct World {
     addr: Arc<ServerAddr>,
     pub client_params: ParamMap,
     tracked: TrackedSet,
-    stats: PoolStats,
+    pub stats: PoolStats,
     registry: StatementRegistry,
     pub statements: ClientStatements,
     tracker: SessionTracker,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::ids::ServerId;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
@@ -40,6 +40,9 @@ pub struct ServerRecord {
     /// server (`Pool::open_dedicated`), unset (`none`) for the pool's.
     pub replication: OnceLock<&'static str>,
     state: AtomicU8,
+    /// SHOW SERVERS `prepared_statements`: the statements the server has prepared for the pool,
+    /// as of its last hand-out or release.
+    prepared: AtomicU32,
     /// Connect time (its base) and the last hand-out or release.
     request: Stamp,
 }
@@ -51,6 +54,16 @@ impl ServerRecord {
             2 => ServerState::Tested,
             _ => ServerState::Idle,
         }
+    }
+
+    pub fn prepared(&self) -> u32 {
+        self.prepared.load(Ordering::Relaxed)
+    }
+
+    /// The server now has `n` statements prepared (the pooler's `sluice_<n>`).
+    pub fn set_prepared(&self, n: usize) {
+        self.prepared
+            .store(u32::try_from(n).unwrap_or(u32::MAX), Ordering::Relaxed);
     }
 
     /// A new state since `at` (the caller's clock reading: hand-outs and releases pass theirs).
@@ -104,6 +117,7 @@ impl ServerBook {
                 .unwrap_or_default(),
             replication: OnceLock::new(),
             state: AtomicU8::new(ServerState::Active as u8),
+            prepared: AtomicU32::new(0),
             request: Stamp::now(),
         });
         self.map.lock().insert(conn.id, rec.clone());

@@ -79,6 +79,7 @@ impl ServerConn {
     /// Update its SHOW SERVERS state since `at` (atomic stores on its record; no lock).
     pub fn set_book_state(&self, state: crate::pool::servers::ServerState, at: Instant) {
         if let Some(t) = self.slots.as_ref().and_then(|s| s.tracker.as_ref()) {
+            t.record().set_prepared(self.prepared.len());
             t.record().set_state(state, at.into_std());
         }
     }
