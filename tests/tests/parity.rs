@@ -106,7 +106,7 @@ const DELIBERATE: &[(&str, &str)] = &[
     ),
     (
         "WAIT_FOR_SERVERS: the idle client's query",
-        "an idle client is told at once (FATAL 57P01 'server shutting down') and let go when a safe shutdown starts, as PostgreSQL tells its sessions; PgBouncer tells it at its next query (08P01): either way it runs nothing more",
+        "the same for an idle client, told at its next query: 57P01 'server shutting down' (PgBouncer: 08P01)",
     ),
     (
         "a port per host",

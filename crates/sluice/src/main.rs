@@ -299,12 +299,14 @@ async fn handle_signals(app: Arc<App>, signals: Signals) {
                 }
             }
             _ = usr2.recv() => {
-                // Ignored while shutting down, like PgBouncer.
+                // Ignored while shutting down, like PgBouncer (and in its words).
                 if app.lifecycle.is_running() {
                     tracing::info!("got SIGUSR2, resuming");
                     if let Err(e) = sluice::admin::control::resume_all(&app) {
                         tracing::warn!("SIGUSR2: {e}");
                     }
+                } else {
+                    tracing::info!("got SIGUSR2 while shutting down, ignoring");
                 }
             }
         }
