@@ -50,7 +50,7 @@ declare_settings! {
         listen_addr: Option<String> = "", fixed, supported, "Comma list of TCP addresses to listen on, or '*'; unset = Unix socket only.";
         listen_backlog: u32 = "128", fixed, supported, "listen(2) backlog.";
         listen_port: u16 = "6432", fixed, supported, "TCP port, also used in the Unix socket name .s.PGSQL.<port>.";
-        log_connections: bool = "1", reloadable, supported, "Log successful logins.";
+        log_connections: bool = "1", reloadable, supported, "Log successful logins and new server connections.";
         log_disconnections: bool = "1", reloadable, supported, "Log disconnections with their reason.";
         log_pooler_errors: bool = "1", reloadable, supported, "Log errors the pooler sends to clients.";
         log_stats: bool = "1", reloadable, supported, "Log aggregate statistics every stats_period.";

@@ -92,6 +92,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
             max_packet_size: 1 << 30,
             tls: Arc::new(crate::tls::ServerTls::disabled()),
             dns_ttl: Default::default(),
+            log_connections: false,
         },
         target: Arc::new(ServerTarget::new(
             vec![],
