@@ -105,14 +105,18 @@ fn main() -> ExitCode {
         }
     }
     let verbose = s.verbose.max(cli.verbose.into());
-    let logfile =
-        match sluice::logging::init(s.logfile.as_deref(), cli.quiet || cli.daemon, verbose) {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("sluice: cannot open logfile: {e}");
-                return ExitCode::from(1);
-            }
-        };
+    let logfile = match sluice::logging::init(
+        s.logfile.as_deref(),
+        cli.quiet || cli.daemon,
+        verbose,
+        cli.verbose.into(),
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("sluice: cannot open logfile: {e}");
+            return ExitCode::from(1);
+        }
+    };
     raise_fd_limit(s.max_client_conn);
     let pidfile = s.pidfile.clone().filter(|p| !p.is_empty());
     // A takeover replaces the process the pidfile names.
