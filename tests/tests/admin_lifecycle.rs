@@ -84,3 +84,47 @@ async fn logged_in_clients_outlive_client_login_timeout() {
         "{clients:?}"
     );
 }
+
+/// SET verbose applies at once (PgBouncer's tests switch it on to read debug lines): the pooler's
+/// SET of a client's DateStyle is logged once, and the server's spelling of it ('ISO, MDY')
+/// becomes the client's, so the next transaction on a server is not set again.
+#[tokio::test]
+async fn set_verbose_switches_debug_lines_at_once() {
+    let s = start("", 1);
+    let mut c = admin(&s).await;
+    let dsn = format!(
+        "host=127.0.0.1 port={} user=app password=apppw dbname=app options='-c DateStyle=ISO'",
+        s.port
+    );
+    let count = |what: &str| s.log().matches(what).count();
+    let quiet = {
+        let (a, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        a.simple_query("SELECT 1").await.unwrap();
+        a
+    };
+    drop(quiet);
+    assert_eq!(count("varcache_apply"), 0, "debug lines at verbose 0");
+    c.query("SET verbose = 2").await.unwrap();
+    let (a, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    for _ in 0..3 {
+        a.simple_query("SELECT 1").await.unwrap();
+    }
+    assert_eq!(
+        count("varcache_apply: SET DateStyle='ISO'"),
+        1,
+        "{}",
+        s.log()
+    );
+    assert_eq!(count("varcache_set_canonical: setting DateStyle"), 1);
+    c.query("SET verbose = 0").await.unwrap();
+    let before = count("DEBUG");
+    a.simple_query("SELECT 1").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(count("DEBUG"), before, "debug lines after SET verbose = 0");
+}

@@ -345,16 +345,20 @@ async fn sigterm_refuses_new_connections_and_waits_for_clients() {
     let unix = s.socket_dir.join(format!(".s.PGSQL.{}", s.port));
     assert!(std::os::unix::net::UnixStream::connect(&unix).is_ok());
     s.signal(Signal::SIGTERM);
-    // New TCP and Unix-socket connections are refused soon.
+    // New TCP connections are refused soon.
     let deadline = Instant::now() + Duration::from_secs(3);
-    while !connect_refused(s.port) || std::os::unix::net::UnixStream::connect(&unix).is_ok() {
+    while !connect_refused(s.port) {
         assert!(
             Instant::now() < deadline,
-            "still accepting after SIGTERM; log:\n{}",
+            "still accepting TCP after SIGTERM; log:\n{}",
             s.log()
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    // The Unix socket still accepts (as PgBouncer's: the admin console stays reachable), but a
+    // pool login there is refused.
+    assert!(std::os::unix::net::UnixStream::connect(&unix).is_ok());
+    assert_pool_login_refused_on_unix(&s).await;
     // The existing client keeps working, also across transactions.
     for i in 0..3 {
         assert_eq!(one(&c, &format!("SELECT '{i}'::text")).await, i.to_string());
@@ -377,10 +381,34 @@ async fn sigterm_refuses_new_connections_and_waits_for_clients() {
             )
         });
     assert!(st.success(), "exit status {st}; log:\n{}", s.log());
+    assert!(
+        std::os::unix::net::UnixStream::connect(&unix).is_err(),
+        "Unix socket still accepting after exit"
+    );
+}
+
+/// A pool login over the Unix socket during a shutdown: `08P01 pooler is shutting down`.
+async fn assert_pool_login_refused_on_unix(s: &Sluice) {
+    let dsn = format!(
+        "host={} port={} user=md5_user password=md5_pass dbname=app",
+        s.socket_dir.display(),
+        s.port
+    );
+    let err = match tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await {
+        Ok(_) => panic!("pool login accepted during shutdown; log:\n{}", s.log()),
+        Err(e) => e,
+    };
+    let db = err
+        .as_db_error()
+        .unwrap_or_else(|| panic!("not a server error: {err:?}; log:\n{}", s.log()));
+    assert_eq!(
+        (db.code().code(), db.message()),
+        ("08P01", "pooler is shutting down")
+    );
 }
 
 #[tokio::test]
-async fn sigint_waits_for_servers_then_exits_and_drops_idle_clients() {
+async fn sigint_waits_for_servers_then_exits_and_tells_idle_clients_at_their_next_query() {
     let ini = Sluice::basic_ini("pool_mode = transaction", &db_line("app", "app"));
     let mut s = Sluice::builder(&ini).userlist(MD5_USERLIST).start();
     let idle = s.connect("md5_user", "md5_pass", "app").await.unwrap();
@@ -400,21 +428,24 @@ async fn sigint_waits_for_servers_then_exits_and_drops_idle_clients() {
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    assert_pool_login_refused_on_unix(&s).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         s.child.try_wait().unwrap().is_none(),
         "exited while a server was in use; log:\n{}",
         s.log()
     );
-    // The idle client is let go at once, while the busy one still holds its server.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !idle.is_closed() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    // The idle client is not let go at once (as PgBouncer's): its next query is refused.
     assert!(
-        idle.is_closed(),
-        "idle client still connected during WAIT_FOR_SERVERS; log:\n{}",
+        !idle.is_closed(),
+        "idle client let go at once during WAIT_FOR_SERVERS; log:\n{}",
         s.log()
+    );
+    let err = idle.simple_query("SELECT 1").await.unwrap_err();
+    let db = err.as_db_error().expect("a FATAL from the pooler");
+    assert_eq!(
+        (db.code().code(), db.message()),
+        ("57P01", "server shutting down")
     );
     // The client in a transaction can finish it.
     assert_eq!(one(&busy, "SELECT 'still'::text").await, "still");

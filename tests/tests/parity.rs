@@ -148,8 +148,8 @@ const DELIBERATE: &[Deliberate] = &[
     ),
     deliberate(
         "WAIT_FOR_SERVERS: the idle client's query",
-        &["connection closed"],
-        "an idle client is told at once (FATAL 57P01 'server shutting down') and let go when a safe shutdown starts, as PostgreSQL tells its sessions; PgBouncer tells it at its next query (08P01): either way it runs nothing more",
+        &["57P01 server shutting down"],
+        "the same for an idle client, told at its next query: 57P01 'server shutting down' (PgBouncer: 08P01)",
     ),
     deliberate(
         "a port per host",

@@ -50,7 +50,7 @@ declare_settings! {
         listen_addr: Option<String> = "", fixed, supported, "Comma list of TCP addresses to listen on, or '*'; unset = Unix socket only.";
         listen_backlog: u32 = "128", fixed, supported, "listen(2) backlog.";
         listen_port: u16 = "6432", fixed, supported, "TCP port, also used in the Unix socket name .s.PGSQL.<port>.";
-        log_connections: bool = "1", reloadable, supported, "Log successful logins.";
+        log_connections: bool = "1", reloadable, supported, "Log successful logins and new server connections.";
         log_disconnections: bool = "1", reloadable, supported, "Log disconnections with their reason.";
         log_pooler_errors: bool = "1", reloadable, supported, "Log errors the pooler sends to clients.";
         log_stats: bool = "1", reloadable, supported, "Log aggregate statistics every stats_period.";
@@ -77,7 +77,7 @@ declare_settings! {
         resolv_conf: String = "", fixed, unsupported, "Custom resolv.conf for the DNS resolver.";
         sbuf_loopcnt: u32 = "5", reloadable, unsupported, "Read/forward rounds per connection before yielding; 0 = unlimited.";
         scram_iterations: u32 = "4096", reloadable, supported, "Iterations for SCRAM secrets the pooler computes from plaintext passwords (and for mock exchanges).";
-        server_check_delay: Seconds = "30", reloadable, supported, "Seconds of idleness after which a server is checked with server_check_query before reuse.";
+        server_check_delay: Seconds = "30", reloadable, supported, "Seconds of idleness after which a server is checked with server_check_query before reuse (0: every server a client released; a server no client has used yet is vouched for by its login until it idled 1 s).";
         server_check_query: ServerCheckQuery = "<empty>", reloadable, supported, "Liveness query; <empty> = send an empty query, empty value = no checks.";
         server_connect_timeout: Seconds = "15", reloadable, supported, "Seconds allowed for server connect and login.";
         server_fast_close: bool = "0", reloadable, supported, "Session mode: close servers marked for reconnect at the end of the current transaction.";

@@ -297,7 +297,12 @@ impl App {
         if effects.auth_query_cache {
             self.auth_query_cache.clear();
         }
+        let verbose = (new.settings.verbose != self.config().settings.verbose)
+            .then_some(new.settings.verbose);
         self.config.store(Arc::new(new));
+        if let (Some(v), Some(h)) = (verbose, self.hooks.get()) {
+            h.log.set_verbose(v);
+        }
         if let Some(tls) = tls {
             self.tls.store(Arc::new(tls));
         }

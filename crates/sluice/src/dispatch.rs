@@ -170,28 +170,27 @@ fn resume(
     })
 }
 
-/// The end of a client: the disconnect log line, the FATAL it is owed, the socket shut down.
-///
-/// The log line comes first, as PgBouncer writes it: a client (or a test) that reads the log as
-/// soon as it has the FATAL finds the reason there.
+/// The end of a client: the disconnect log line, the FATAL it is owed, the socket shut down. The
+/// log lines go first, as PgBouncer's: whoever reads the log after the client saw its error
+/// finds them there.
 async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
     let cfg = app.config();
-    if let EndReason::Error(n) = &reason {
-        if cfg.settings.log_pooler_errors {
-            tracing::warn!(
-                "C-{}: {} pooler error: {}",
-                client.id,
-                client.label(),
-                n.message
-            );
-        }
-    }
+    let fatal = match &reason {
+        EndReason::Error(n) => Some(n.clone()),
+        EndReason::LoginTimeout => Some(ClientNotice::new(
+            crate::error::sqlstate::PROTOCOL_VIOLATION,
+            "client_login_timeout",
+        )),
+        EndReason::Shutdown => Some(ClientNotice::new(
+            crate::error::sqlstate::ADMIN_SHUTDOWN,
+            "server shutting down",
+        )),
+        EndReason::ClientClosed | EndReason::NoSession => None,
+    };
     if cfg.settings.log_disconnections && !matches!(reason, EndReason::NoSession) {
-        let why = match &reason {
-            EndReason::ClientClosed | EndReason::NoSession => "client close request",
-            EndReason::LoginTimeout => "client_login_timeout",
-            EndReason::Error(n) => n.message.as_str(),
-            EndReason::Shutdown => "server shutting down",
+        let why = match &fatal {
+            Some(n) => n.message.as_str(),
+            None => "client close request",
         };
         tracing::info!(
             "C-{}: {} closing because: {}",
@@ -200,25 +199,16 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
             why
         );
     }
-    match &reason {
-        EndReason::Error(n) => client.send_fatal(n).await,
-        EndReason::LoginTimeout => {
-            client
-                .send_fatal(&ClientNotice::new(
-                    crate::error::sqlstate::PROTOCOL_VIOLATION,
-                    "client_login_timeout",
-                ))
-                .await;
+    if let Some(n) = &fatal {
+        if cfg.settings.log_pooler_errors && !matches!(reason, EndReason::LoginTimeout) {
+            tracing::warn!(
+                "C-{}: {} pooler error: {}",
+                client.id,
+                client.label(),
+                n.message
+            );
         }
-        EndReason::Shutdown => {
-            client
-                .send_fatal(&ClientNotice::new(
-                    crate::error::sqlstate::ADMIN_SHUTDOWN,
-                    "server shutting down",
-                ))
-                .await;
-        }
-        EndReason::ClientClosed | EndReason::NoSession => {}
+        client.send_fatal(n).await;
     }
     // A plaintext client that closed (Terminate or EOF) is owed nothing more: closing the socket
     // (on drop) sends the FIN, a shutdown first would be one more system call per login. TLS
@@ -299,6 +289,14 @@ async fn login_phase(
             // Boxed: the console's login state would size every pool login for it.
             let access = Box::pin(crate::admin::session::login(app, client, &info)).await?;
             return Ok(LoggedIn::Admin(Box::new(info), access));
+        }
+        // During a shutdown the Unix socket still accepts, for the console alone (PgBouncer's
+        // words).
+        if !app.lifecycle.phase().accepts_pool_logins() {
+            return Err(EndReason::Error(ClientNotice::new(
+                crate::error::sqlstate::PROTOCOL_VIOLATION,
+                "pooler is shutting down",
+            )));
         }
         if count > cfg.settings.max_client_conn as usize && cfg.settings.max_client_conn != 0 {
             return Err(EndReason::Error(ClientNotice::new(

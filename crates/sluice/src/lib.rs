@@ -45,8 +45,8 @@ use app::App;
 use lifecycle::Phase;
 use listener::Listeners;
 
-/// How long a safe shutdown (WAIT_FOR_SERVERS) waits, at most, for the clients it let go to
-/// receive their "server shutting down" before the process exits.
+/// How long a safe shutdown (WAIT_FOR_SERVERS) waits, at most, for the queued clients it failed
+/// to receive their "server shutting down" before the process exits.
 const TELL_CLIENTS: Duration = Duration::from_secs(2);
 
 /// Start the accept loops of `listeners` (client ports, HTTP endpoint, takeover socket); they end
@@ -137,17 +137,16 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
                     paused = true;
                     told_since = Some(tokio::time::Instant::now());
                 }
-                // The clients failed or let go above are still writing their FATAL ("server
+                // The queued clients failed above are still writing their FATAL ("server
                 // shutting down"): exiting under them would leave them a bare close. They get
-                // up to TELL_CLIENTS to leave.
+                // up to TELL_CLIENTS to leave. Idle clients are told at their next request; those
+                // that send none are closed with the process, as PgBouncer's.
                 let told = told_since.is_some_and(|t| t.elapsed() >= TELL_CLIENTS)
-                    || !app.registry.all().iter().any(|c| {
-                        matches!(
-                            c.state(),
-                            client::registry::ClientState::Idle
-                                | client::registry::ClientState::Waiting
-                        )
-                    });
+                    || !app
+                        .registry
+                        .all()
+                        .iter()
+                        .any(|c| c.state() == client::registry::ClientState::Waiting);
                 if told && app.pools.all().iter().all(|p| p.counts().active == 0) {
                     break;
                 }

@@ -15,9 +15,11 @@ use crate::suspend::SuspendGate;
 #[repr(u8)]
 pub enum Phase {
     Running,
-    /// SIGINT / SHUTDOWN WAIT_FOR_SERVERS: stop accepting, fail queued clients, exit when no server is in use.
+    /// SIGINT / SHUTDOWN WAIT_FOR_SERVERS: close the TCP listeners, fail queued clients, tell each
+    /// idle client at its next request, exit when no server is in use.
     WaitForServers,
-    /// SIGTERM / SHUTDOWN WAIT_FOR_CLIENTS: close TCP listeners, exit when the last client leaves.
+    /// SIGTERM / SHUTDOWN WAIT_FOR_CLIENTS: close the TCP listeners, exit when the last client
+    /// leaves.
     WaitForClients,
     /// SIGQUIT, SHUTDOWN, or a second INT/TERM: exit now.
     Exit,
@@ -43,9 +45,32 @@ impl Phase {
             .unwrap_or(Phase::Exit)
     }
 
-    /// Phases in which an idle client is told "server shutting down" and let go.
+    /// Phases in which an idle client is told "server shutting down" and let go at once. Not
+    /// WaitForServers: as PgBouncer, an idle client is told at its next request (`client::session`),
+    /// and one that sends none stays until the process exits.
     pub fn drops_idle_clients(self) -> bool {
-        matches!(self, Phase::WaitForServers | Phase::Exit)
+        self == Phase::Exit
+    }
+
+    /// Phases in which the TCP listeners accept (the shutdown modes close them).
+    pub fn accepts_tcp(self) -> bool {
+        self == Phase::Running
+    }
+
+    /// Phases in which the Unix socket accepts: also the two shutdown modes, as PgBouncer's, so
+    /// that an operator can still reach the admin console (pool logins are refused,
+    /// `accepts_pool_logins`).
+    pub fn accepts_unix(self) -> bool {
+        matches!(
+            self,
+            Phase::Running | Phase::WaitForServers | Phase::WaitForClients
+        )
+    }
+
+    /// Phases in which a client may log in to a pool (the admin console takes logins whenever
+    /// a listener accepts them). A hand-over's clients are still served here until they move.
+    pub fn accepts_pool_logins(self) -> bool {
+        matches!(self, Phase::Running | Phase::HandingOver)
     }
 }
 
@@ -345,6 +370,17 @@ mod tests {
         assert_eq!(l.request(Phase::WaitForServers), Phase::WaitForServers);
         assert!(!l.take_back(), "a shutdown is not undone");
         assert_eq!(l.request(Phase::HandingOver), Phase::WaitForServers);
+    }
+
+    #[test]
+    fn the_unix_socket_outlives_tcp_into_the_shutdown_modes_for_the_console() {
+        for p in [Phase::WaitForServers, Phase::WaitForClients] {
+            assert!(!p.accepts_tcp() && p.accepts_unix(), "{p:?}");
+            assert!(!p.accepts_pool_logins() && !p.drops_idle_clients(), "{p:?}");
+        }
+        assert!(Phase::Running.accepts_tcp() && Phase::Running.accepts_unix());
+        assert!(!Phase::HandingOver.accepts_unix() && Phase::HandingOver.accepts_pool_logins());
+        assert!(!Phase::Exit.accepts_unix() && Phase::Exit.drops_idle_clients());
     }
 
     #[test]

@@ -303,14 +303,19 @@ fn stop_for_good(app: &App, phase: &watch::Receiver<Phase>) {
 }
 
 /// While SUSPEND holds, accept nothing: new connections wait in the listen backlog, as with
-/// PgBouncer's suspended listeners. False when the pooler stops accepting meanwhile.
-async fn wait_while_suspended(app: &App, phase: &mut watch::Receiver<Phase>) -> bool {
+/// PgBouncer's suspended listeners. False when the pooler stops accepting meanwhile (`accepts`:
+/// the phases in which this listener accepts).
+async fn wait_while_suspended(
+    app: &App,
+    phase: &mut watch::Receiver<Phase>,
+    accepts: fn(Phase) -> bool,
+) -> bool {
     let gate = app.control.gate();
     while gate.is_suspended() {
         tokio::select! {
             _ = gate.resumed() => {}
             r = phase.changed() => {
-                if r.is_err() || *phase.borrow() != Phase::Running {
+                if r.is_err() || !accepts(*phase.borrow()) {
                     return false;
                 }
             }
@@ -348,7 +353,7 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
         }
     }
     loop {
-        if !wait_while_suspended(&app, &mut phase).await {
+        if !wait_while_suspended(&app, &mut phase, Phase::accepts_tcp).await {
             stop_for_good(&app, &phase);
             return;
         }
@@ -395,7 +400,7 @@ pub async fn accept_tcp(app: Arc<App>, listening: TcpListening, mut phase: watch
                 if ok && *phase.borrow() == Phase::HandingOver {
                     return;
                 }
-                if !ok || *phase.borrow() != Phase::Running {
+                if !ok || !phase.borrow().accepts_tcp() {
                     stop_for_good(&app, &phase);
                     // Closing the socket resets the connections already in its accept queue;
                     // with so_reuseport the kernel may have queued some here a moment ago, while
@@ -552,10 +557,11 @@ fn spawn_unix_client(app: &Arc<App>, sock: tokio::net::UnixStream, pid: Option<i
     }
 }
 
-/// Accept Unix-socket clients until the pooler stops accepting (`accept_stretch`).
+/// Accept Unix-socket clients until the pooler stops accepting (`accept_stretch`): through the
+/// shutdown modes too, for the admin console (`Phase::accepts_unix`).
 pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch::Receiver<Phase>) {
     loop {
-        if !wait_while_suspended(&app, &mut phase).await {
+        if !wait_while_suspended(&app, &mut phase, Phase::accepts_unix).await {
             stop_for_good(&app, &phase);
             return;
         }
@@ -571,7 +577,7 @@ pub async fn accept_unix(app: Arc<App>, listener: UnixListener, mut phase: watch
         )
         .await;
         if let Stop::Phase(ok) = stop {
-            if !ok || *phase.borrow() != Phase::Running {
+            if !ok || !phase.borrow().accepts_unix() {
                 stop_for_good(&app, &phase);
                 return;
             }

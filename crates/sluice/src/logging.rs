@@ -13,9 +13,13 @@ use time::macros::format_description;
 use time::OffsetDateTime;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, Registry};
 
 use crate::syslog::Syslog;
 
@@ -187,9 +191,29 @@ impl LogFile {
 pub struct LogHandle {
     pub file: Option<LogFile>,
     syslog: Arc<Mutex<Option<Syslog>>>,
+    /// The level filter, switched when `verbose` changes (SET, RELOAD).
+    level: Option<reload::Handle<LevelFilter, Registry>>,
+    /// The number of -v on the command line: `verbose` below it does not lower the level.
+    cli_verbose: u32,
+}
+
+/// The level `verbose` (the number of -v) asks for: PgBouncer's LOG, DEBUG and NOISE.
+fn level_for(verbose: u32) -> LevelFilter {
+    match verbose {
+        0 => LevelFilter::INFO,
+        1 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
+    }
 }
 
 impl LogHandle {
+    /// Apply a changed `verbose` setting (the command line's -v still count: the higher wins).
+    pub fn set_verbose(&self, verbose: u32) {
+        if let Some(h) = &self.level {
+            let _ = h.reload(level_for(verbose.max(self.cli_verbose)));
+        }
+    }
+
     /// Apply `syslog`, `syslog_facility` and `syslog_ident`: lines go to the system's syslog
     /// socket from now on, or no longer. On error (no syslog daemon, an unknown facility) syslog
     /// stays off and the error is returned for the caller to log.
@@ -218,8 +242,14 @@ impl LogHandle {
 }
 
 /// Install the global subscriber (the one process-wide thing, owned by main). `verbose` = number
-/// of -v. Returns the handle to reopen the logfile and switch syslog.
-pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<LogHandle> {
+/// of -v (`cli_verbose`) or the config's, whichever is higher. Returns the handle to reopen the
+/// logfile, switch syslog and the level.
+pub fn init(
+    logfile: Option<&str>,
+    quiet: bool,
+    verbose: u32,
+    cli_verbose: u32,
+) -> io::Result<LogHandle> {
     let log = match logfile.filter(|f| !f.is_empty()) {
         Some(path) => Some(LogFile {
             path: path.to_string(),
@@ -229,24 +259,30 @@ pub fn init(logfile: Option<&str>, quiet: bool, verbose: u32) -> io::Result<LogH
     };
     let file = log.as_ref().map(|l| l.file.clone());
     let syslog = Arc::new(Mutex::new(None));
-    let level = match verbose {
-        0 => Level::INFO,
-        1 => Level::DEBUG,
-        _ => Level::TRACE,
-    };
     let sink = LogSink {
         stderr: !quiet,
         file,
         syslog: syslog.clone(),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .event_format(PgFormat {
-            pid: std::process::id(),
-        })
-        .with_writer(sink)
-        .try_init();
-    Ok(LogHandle { file: log, syslog })
+    // A reloadable filter: the admin console's SET verbose applies at once, as PgBouncer's.
+    let (filter, level) = reload::Layer::new(level_for(verbose));
+    let installed = tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .event_format(PgFormat {
+                    pid: std::process::id(),
+                })
+                .with_writer(sink),
+        )
+        .try_init()
+        .is_ok();
+    Ok(LogHandle {
+        file: log,
+        syslog,
+        level: installed.then_some(level),
+        cli_verbose,
+    })
 }
 
 #[cfg(test)]

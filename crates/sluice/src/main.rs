@@ -105,14 +105,18 @@ fn main() -> ExitCode {
         }
     }
     let verbose = s.verbose.max(cli.verbose.into());
-    let logfile =
-        match sluice::logging::init(s.logfile.as_deref(), cli.quiet || cli.daemon, verbose) {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("sluice: cannot open logfile: {e}");
-                return ExitCode::from(1);
-            }
-        };
+    let logfile = match sluice::logging::init(
+        s.logfile.as_deref(),
+        cli.quiet || cli.daemon,
+        verbose,
+        cli.verbose.into(),
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("sluice: cannot open logfile: {e}");
+            return ExitCode::from(1);
+        }
+    };
     raise_fd_limit(s.max_client_conn);
     let pidfile = s.pidfile.clone().filter(|p| !p.is_empty());
     // A takeover replaces the process the pidfile names.
@@ -299,12 +303,14 @@ async fn handle_signals(app: Arc<App>, signals: Signals) {
                 }
             }
             _ = usr2.recv() => {
-                // Ignored while shutting down, like PgBouncer.
+                // Ignored while shutting down, like PgBouncer (and in its words).
                 if app.lifecycle.is_running() {
                     tracing::info!("got SIGUSR2, resuming");
                     if let Err(e) = sluice::admin::control::resume_all(&app) {
                         tracing::warn!("SIGUSR2: {e}");
                     }
+                } else {
+                    tracing::info!("got SIGUSR2 while shutting down, ignoring");
                 }
             }
         }

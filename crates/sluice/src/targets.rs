@@ -244,6 +244,7 @@ pub fn pool_settings(
                 found: g.dns_max_ttl.as_duration().unwrap_or_default(),
                 failed: g.dns_nxdomain_ttl.as_duration().unwrap_or_default(),
             },
+            log_connections: g.log_connections,
         },
         target: Arc::new(target),
         generation,

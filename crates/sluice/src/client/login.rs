@@ -84,6 +84,16 @@ pub fn login<'a>(
                 None => auth.secret.as_ref(),
             };
             let admitted = admit(app, &db, &info.user)?;
+            if matches!(db, targets::FoundDb::Auto(_)) && !app.pools.knows_database(&info.database)
+            {
+                // PgBouncer's line (it makes the database at lookup, Sluice once the client is in).
+                tracing::info!(
+                    "C-{}: {} registered new auto-database: {}",
+                    client.id,
+                    client.label(),
+                    info.database
+                );
+            }
             let pool = loop {
                 let pool = app.pools.get_or_create(&info.database, login_user, || {
                     targets::pool_settings(

@@ -28,7 +28,7 @@ use crate::lifecycle::{Lifecycle, Phase};
 use crate::pool::{Pool, PooledServer};
 use crate::pool::{PoolSettings, SettingsSnapshot};
 use crate::prepared::ClientStatements;
-use crate::server::params::{set_all_statement, set_statement, ParamMap};
+use crate::server::params::{adopt_canonical, set_all_statement, set_statement, ParamMap};
 use crate::server::query;
 use crate::session_state::policy::Feature;
 use crate::session_state::tracker::{SessionTracker, CLEANUP_SQL, PIN_CHECK_SQL, RESET_SQL};
@@ -248,6 +248,8 @@ async fn serve_request(
     };
     s.entry.set_state(ClientState::Active);
     s.entry.server_id.store(server.id.0, Ordering::Relaxed);
+    // From its next hand-out on, server_check_query applies to it (`rules::check_due`).
+    server.served = true;
     // The relay's first clock reading: when the server was linked (query and transaction times
     // count from there, as PgBouncer's do: the wait is wait_time), after any queries it needed.
     let prepared = match server_prep(app, client.id, s, &mut server) {
@@ -262,9 +264,11 @@ async fn serve_request(
         // Boxed: the query's future would otherwise size every client's task for a rare step.
         Prep::RoundTrip(sql) => {
             PoolStats::add(&s.pool.stats.syncs_round_trip, 1);
-            Box::pin(query::run_simple(&mut server, &sql, max_packet))
-                .await
-                .map(|()| true)
+            let done = Box::pin(query::run_simple(&mut server, &sql, max_packet)).await;
+            if done.is_ok() {
+                adopt_canonical_values(app, client, s, &server);
+            }
+            done.map(|()| true)
         }
     };
     let mut relay_from = match prepared {
@@ -396,12 +400,28 @@ fn server_prep(
         server.gucs_dirty = s.tracker.has_tracked();
     }
     server.gucs_owner = Some(client_id);
+    if let Some(sql) = &sql {
+        // PgBouncer's debug line (verbose >= 1), which its tests look for.
+        tracing::debug!("S-{}: {} varcache_apply: {sql}", server.id, s.pool.key);
+    }
     match sql {
         None => Prep::Ready,
         Some(sql) if s.params_confirmed && !(replay && s.tracker.replays_identity()) => {
             Prep::Ahead(sql)
         }
         Some(sql) => Prep::RoundTrip(sql),
+    }
+}
+
+/// After the pooler's SETs came back: the server's spelling of each value becomes the client's
+/// (`params::adopt_canonical`), so the next server is not set again for a mere spelling.
+fn adopt_canonical_values(app: &App, client: &ClientConn, s: &mut Session, server: &PooledServer) {
+    for (name, old, new) in adopt_canonical(&app.tracked, &mut s.params, &server.params) {
+        tracing::debug!(
+            "C-{}: {} varcache_set_canonical: setting {name} to its canonical version {old} -> {new}",
+            client.id,
+            client.label()
+        );
     }
 }
 

@@ -123,12 +123,24 @@ impl Pool {
                 slots.tracker = Some(self.servers_book.track(&conn));
                 slots.home = self.home_slot(conn.home);
                 conn.slots = Some(slots);
-                tracing::debug!(
-                    "S-{}: {} new connection to server {}",
-                    conn.id,
-                    self.key,
-                    conn.addr
-                );
+                if settings.connect.log_connections {
+                    // PgBouncer's line, which operators grep (its local address tells the hosts
+                    // of a list apart when they resolve alike).
+                    match conn.stream.tcp().and_then(|s| s.local_addr().ok()) {
+                        Some(local) => tracing::info!(
+                            "S-{}: {}@{} new connection to server (from {local})",
+                            conn.id,
+                            self.key,
+                            conn.addr
+                        ),
+                        None => tracing::info!(
+                            "S-{}: {}@{} new connection to server",
+                            conn.id,
+                            self.key,
+                            conn.addr
+                        ),
+                    }
+                }
                 {
                     let mut w = self.welcome.lock();
                     if w.is_none() {
@@ -153,7 +165,17 @@ impl Pool {
     }
 
     fn login_failed(self: &Arc<Self>, e: ServerError, connecting: Connecting, started: Instant) {
-        tracing::warn!("{}: server login failed: {}", self.key, e);
+        match &e {
+            // PgBouncer's words: the server's severity and message ("server login failed: FATAL
+            // database \"x\" does not exist").
+            ServerError::Login(f) => tracing::warn!(
+                "{}: server login failed: {} {}",
+                self.key,
+                f.severity,
+                f.message
+            ),
+            _ => tracing::warn!("{}: server login failed: {}", self.key, e),
+        }
         let rejected = e.is_login_rejection();
         let notice: Option<ClientNotice> = rejected.then(|| e.client_notice());
         let welcomed = self.welcome.lock().is_some();

@@ -96,10 +96,11 @@ impl Pool {
                 now = Instant::now();
                 continue;
             }
-            let checked = rules::needs_check(
+            let checked = rules::check_due(
                 idle_for,
                 settings.check_delay,
                 settings.check_query.is_some(),
+                server.served,
             );
             // Boxed and only when a check runs: the query's future would otherwise size every
             // queued client's checkout (and the session frame that holds it) for a rare step.
@@ -144,10 +145,11 @@ impl Pool {
             }
             match self.take_idle(&mut l, settings, started) {
                 Some((conn, idle_for)) => {
-                    if rules::needs_check(
+                    if rules::check_due(
                         idle_for,
                         settings.check_delay,
                         settings.check_query.is_some(),
+                        conn.served,
                     ) {
                         l.idle.push_back(conn);
                         self.shards[me].publish(&l, self.born);
@@ -161,10 +163,11 @@ impl Pool {
                     drop(l);
                     match self.steal(me, settings, started) {
                         Some((conn, idle_for)) => {
-                            if rules::needs_check(
+                            if rules::check_due(
                                 idle_for,
                                 settings.check_delay,
                                 settings.check_query.is_some(),
+                                conn.served,
                             ) {
                                 // Back to this worker's idle list for `checkout_at`'s path.
                                 self.park_idle(me, conn);

@@ -133,6 +133,11 @@ impl PoolRegistry {
             .unwrap_or(0)
     }
 
+    /// A pool of `database` was made and not freed since (its server counter lives as long).
+    pub fn knows_database(&self, database: &str) -> bool {
+        self.db_servers.lock().contains_key(database)
+    }
+
     /// An auto-database with no clients and no servers (SHOW DATABASES leaves it out).
     pub fn is_idle_auto(&self, database: &str) -> bool {
         self.idle_auto.lock().contains_key(database)

@@ -136,6 +136,22 @@ pub fn needs_check(idle_for: Duration, check_delay: Duration, check_enabled: boo
     check_enabled && idle_for >= check_delay
 }
 
+/// How long a server that no client has used yet counts as checked by its own login. PgBouncer
+/// parks a new server idle, not "used": server_check_query runs on it only once its janitor found
+/// it idle past server_check_delay, never on one handed out straight from its login (with
+/// server_check_delay = 0 too, which checks every server a client released).
+pub const FRESH_TRUST: Duration = Duration::from_secs(1);
+
+/// `needs_check` for a server handed out now: `served` = a client has used it since its login.
+pub fn check_due(
+    idle_for: Duration,
+    check_delay: Duration,
+    check_enabled: bool,
+    served: bool,
+) -> bool {
+    needs_check(idle_for, check_delay, check_enabled) && (served || idle_for >= FRESH_TRUST)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,5 +378,24 @@ mod tests {
             false
         ));
         assert!(needs_check(Duration::ZERO, Duration::ZERO, true));
+    }
+
+    #[test]
+    fn a_server_no_client_used_yet_is_vouched_for_by_its_login() {
+        let zero = Duration::ZERO;
+        assert!(check_due(zero, zero, true, true), "delay 0: every reuse");
+        assert!(
+            !check_due(zero, zero, true, false),
+            "straight from its login"
+        );
+        assert!(!check_due(FRESH_TRUST / 2, zero, true, false));
+        assert!(
+            check_due(FRESH_TRUST, zero, true, false),
+            "idled since its login"
+        );
+        let delay = Duration::from_secs(30);
+        assert!(!check_due(Duration::from_secs(29), delay, true, true));
+        assert!(check_due(delay, delay, true, false));
+        assert!(!check_due(delay, delay, false, true));
     }
 }

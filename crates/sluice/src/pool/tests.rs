@@ -92,6 +92,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
             max_packet_size: 1 << 30,
             tls: Arc::new(crate::tls::ServerTls::disabled()),
             dns_ttl: Default::default(),
+            log_connections: false,
         },
         target: Arc::new(ServerTarget::new(
             vec![],
@@ -443,6 +444,30 @@ async fn an_idle_server_is_handed_out_without_a_future_unless_it_needs_a_check()
         Err(None)
     ));
     assert_eq!(pool.counts().waiting, 0);
+}
+
+/// server_check_delay = 0 checks every server a client released, but not one straight from its
+/// login (PgBouncer parks a new server idle, not "used").
+#[tokio::test(start_paused = true)]
+async fn check_delay_zero_checks_a_released_server_not_a_fresh_one() {
+    let f = fake(10);
+    let mut s = settings(1, 0);
+    s.check_query = Some("SELECT 1".into());
+    s.check_delay = Duration::ZERO;
+    let pool = pool_with(s, &f, ConnCounter::new());
+    let settings = pool.settings();
+    let fresh = pool.checkout().await.unwrap();
+    pool.release(fresh, true);
+    let mut server = pool
+        .try_checkout_now(Instant::now(), &settings)
+        .ok()
+        .expect("a server no client used yet needs no check");
+    server.served = true;
+    pool.release(server, true);
+    assert!(
+        matches!(pool.try_checkout_now(Instant::now(), &settings), Err(None)),
+        "a released server is left for the path that checks it"
+    );
 }
 
 #[test]

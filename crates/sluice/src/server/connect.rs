@@ -25,6 +25,8 @@ pub struct ConnectOptions {
     pub tls: Arc<ServerTls>,
     /// dns_max_ttl / dns_nxdomain_ttl.
     pub dns_ttl: crate::net::dns::DnsTtl,
+    /// log_connections: each new server is logged (PgBouncer's "new connection to server").
+    pub log_connections: bool,
 }
 
 /// Connect and log in. The result is idle (ReadyForQuery 'I').

@@ -45,6 +45,9 @@ pub struct ServerConn {
     pub prepared: Box<ServerStatements>,
     /// A client changed session parameters here (transaction mode); `gucs_owner` is that client.
     pub gucs_dirty: bool,
+    /// Has carried a client's requests. Until then its login vouches for it: server_check_query
+    /// waits until it idled `pool::rules::FRESH_TRUST` (`pool::rules::check_due`).
+    pub served: bool,
     pub gucs_owner: Option<crate::ids::ClientId>,
     /// Set when the connection is TLS.
     pub tls: Option<crate::tls::connector::ServerTlsInfo>,
@@ -70,6 +73,7 @@ impl ServerConn {
             slots: None,
             prepared: Box::default(),
             gucs_dirty: false,
+            served: false,
             gucs_owner: None,
             tls: None,
             home: crate::workers::current(),

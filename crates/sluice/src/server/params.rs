@@ -388,6 +388,31 @@ pub fn set_statement(
     Some(sql)
 }
 
+/// After the pooler's SETs of a client's tracked parameters succeeded on a server: each value the
+/// server now holds that differs from the client's is that value's canonical spelling (`ISO` is
+/// `ISO, MDY` once set); it becomes the client's, so that the next server is compared with what
+/// PostgreSQL reports and not set again (PgBouncer's varcache_set_canonical). Returns the changes
+/// (name, the client's old value, the new one). A parameter the server never reported is left
+/// alone.
+pub fn adopt_canonical(
+    tracked: &TrackedSet,
+    client: &mut ParamMap,
+    server: &ParamMap,
+) -> Vec<(String, Arc<str>, Arc<str>)> {
+    let mut changed = Vec::new();
+    for name in tracked.names() {
+        let (Some(want), Some(got)) = (client.get(name), server.get(name)) else {
+            continue;
+        };
+        if want != got {
+            let (old, new): (Arc<str>, Arc<str>) = (Arc::from(want), Arc::from(got));
+            client.put(name, new.clone());
+            changed.push((name.to_string(), old, new));
+        }
+    }
+    changed
+}
+
 /// `SET k='v';...` for every tracked parameter the client has: what a server needs after a RESET
 /// ALL, whose values are then the server's own defaults, not known here. None when the client
 /// has none.
@@ -467,6 +492,28 @@ mod tests {
         welcome.set("search_path", "public");
         client.set("search_path", "a");
         assert!(client.take_unreported(&tracked, &welcome).is_empty());
+    }
+
+    #[test]
+    fn the_servers_spelling_of_a_value_set_for_a_client_becomes_the_clients() {
+        let tracked = TrackedSet::new(&[]);
+        let mut client = ParamMap::new();
+        client.set("DateStyle", "ISO");
+        client.set("TimeZone", "UTC");
+        client.set("IntervalStyle", "postgres");
+        let mut server = ParamMap::new();
+        server.set("DateStyle", "ISO, MDY");
+        server.set("TimeZone", "UTC");
+        let changed = adopt_canonical(&tracked, &mut client, &server);
+        assert_eq!(changed.len(), 1);
+        assert_eq!(
+            (changed[0].0.as_str(), &*changed[0].1, &*changed[0].2),
+            ("DateStyle", "ISO", "ISO, MDY")
+        );
+        assert_eq!(client.get("DateStyle"), Some("ISO, MDY"));
+        // Not reported by the server: left as the client has it.
+        assert_eq!(client.get("IntervalStyle"), Some("postgres"));
+        assert_eq!(set_statement(&tracked, &client, &mut server), None);
     }
 
     #[test]
