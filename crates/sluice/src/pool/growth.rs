@@ -123,12 +123,6 @@ impl Pool {
                 slots.tracker = Some(self.servers_book.track(&conn));
                 slots.home = self.home_slot(conn.home);
                 conn.slots = Some(slots);
-                tracing::debug!(
-                    "S-{}: {} new connection to server {}",
-                    conn.id,
-                    self.key,
-                    conn.addr
-                );
                 {
                     let mut w = self.welcome.lock();
                     if w.is_none() {
@@ -142,8 +136,9 @@ impl Pool {
                     st.retry_wanted = false;
                     self.failing.store(false, Ordering::Relaxed);
                 }
-                // release() hands it to a waiter or parks it idle.
-                self.release(PooledServer::new(conn), true);
+                // Handed to a waiter or parked idle; never used yet, so server_lifetime does not
+                // close it (a lifetime of 0 means "used once").
+                self.give_back_unused(PooledServer::new(conn));
             }
             Err(e) => {
                 drop(slots);
@@ -162,7 +157,7 @@ impl Pool {
             connecting.finish(&mut st);
             st.failure = Some(LoginFailure {
                 started,
-                message: cached_reason(&e),
+                message: e.close_reason(),
                 gated: welcomed || !rejected,
             });
             self.failing.store(true, Ordering::Relaxed);
@@ -180,29 +175,5 @@ impl Pool {
                 let _ = w.tx.send(Err(PoolError::Rejected(Box::new(n.clone()))));
             }
         }
-    }
-}
-
-/// What PgBouncer calls a failed server login in its cached error ("server login has been
-/// failing, cached error: ..."), which operators and client libraries match on.
-fn cached_reason(e: &ServerError) -> String {
-    use std::io::ErrorKind;
-    match e {
-        ServerError::Login(f) => f.message.clone(),
-        ServerError::ConnectTimeout => "connect timeout".into(),
-        ServerError::Io(io)
-            if matches!(
-                io.kind(),
-                ErrorKind::ConnectionRefused
-                    | ErrorKind::HostUnreachable
-                    | ErrorKind::NetworkUnreachable
-                    | ErrorKind::AddrNotAvailable
-                    | ErrorKind::NotFound
-            ) =>
-        {
-            "connect failed".into()
-        }
-        ServerError::Io(_) | ServerError::Closed => "server conn crashed?".into(),
-        other => other.to_string(),
     }
 }

@@ -21,6 +21,7 @@ use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::workers::cross::CrossEvent;
 
+mod lifetime;
 mod retry;
 mod workers;
 
@@ -92,6 +93,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
             max_packet_size: 1 << 30,
             tls: Arc::new(crate::tls::ServerTls::disabled()),
             dns_ttl: Default::default(),
+            log: Default::default(),
         },
         target: Arc::new(ServerTarget::new(
             vec![],

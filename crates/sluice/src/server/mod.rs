@@ -2,6 +2,7 @@
 
 pub mod connect;
 pub mod facts;
+pub mod log;
 pub mod login;
 pub mod params;
 pub mod query;
@@ -35,6 +36,9 @@ pub struct ServerConn {
     pub created: Instant,
     /// When it was last released (or logged in).
     pub last_used: Instant,
+    /// A client's work ran on it (it came back through `Pool::release`): server_lifetime = 0
+    /// ("use once") closes it then. The pooler's own look at a new server does not count.
+    pub served: bool,
     pub status: TransactionStatus,
     /// Config generation of its pool at login; a newer generation means "close when released".
     pub generation: u64,
@@ -65,6 +69,7 @@ impl ServerConn {
             addr: std::sync::Arc::new(addr),
             created: now,
             last_used: now,
+            served: false,
             status: TransactionStatus::Idle,
             generation: 0,
             slots: None,
