@@ -148,7 +148,10 @@ impl Pool {
     }
 
     fn login_failed(self: &Arc<Self>, e: ServerError, connecting: Connecting, started: Instant) {
-        tracing::warn!("{}: server login failed: {}", self.key, e);
+        // A server's own refusal was logged with the server's id where it came (`ServerLog`).
+        if !matches!(e, ServerError::Login(_)) {
+            tracing::warn!("{}: server login failed: {}", self.key, e);
+        }
         let rejected = e.is_login_rejection();
         let notice: Option<ClientNotice> = rejected.then(|| e.client_notice());
         let welcomed = self.welcome.lock().is_some();

@@ -91,6 +91,9 @@ pub async fn open(
     match &r {
         Ok(conn) => opts.log.connected(conn),
         Err(e) => {
+            if let ServerError::Login(f) = e {
+                opts.log.login_refused(id, &addr, &f.severity, &f.message);
+            }
             opts.log
                 .closing(id, &addr, started.elapsed(), &e.close_reason());
             target.connect_failed(index);

@@ -55,6 +55,15 @@ impl ServerLog {
         );
     }
 
+    /// The server refused the login: PgBouncer's warning (`server login failed: FATAL <message>`),
+    /// logged whatever log_disconnections says.
+    pub fn login_refused(&self, id: ServerId, addr: &ServerAddr, severity: &str, message: &str) {
+        tracing::warn!(
+            "S-{id}: {}@{addr} server login failed: {severity} {message}",
+            self.pool
+        );
+    }
+
     /// `closing` for a logged-in server.
     pub fn closing_conn(&self, conn: &ServerConn, reason: &str) {
         self.closing(conn.id, &conn.addr, conn.created.elapsed(), reason);
