@@ -21,6 +21,7 @@ use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::workers::cross::CrossEvent;
 
+mod config;
 mod lifetime;
 mod retry;
 mod workers;
