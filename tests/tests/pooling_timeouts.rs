@@ -6,11 +6,11 @@ mod pooling_common;
 
 use std::time::{Duration, Instant};
 
-use sluice_e2e::RawConn;
+use sluice_e2e::{RawConn, Sluice};
 
 use pooling_common::{
-    connect, err_text, join, new_role, pid, pid_alive, psql, servers, spawn_pid, start,
-    wait_pid_gone, wait_servers,
+    connect, connect_db, err_text, join, new_role, pid, pid_alive, psql, servers, spawn_pid, start,
+    wait_pid_gone, wait_servers, PW,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -40,6 +40,61 @@ async fn query_wait_timeout_disconnects_waiting_client() {
     );
     // The holder is unaffected.
     a.batch_execute("SELECT 1; COMMIT").await.unwrap();
+}
+
+/// query_timeout counts the wait for a server too (as PgBouncer's janitor does): a client queued
+/// behind a held server is refused with `query_timeout` long before query_wait_timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_timeout_fails_a_client_waiting_for_a_server() {
+    let u = new_role("qtwait").await;
+    let s = start(
+        "pool_mode = transaction\ndefault_pool_size = 1\nquery_timeout = 1\nquery_wait_timeout = 60",
+        &[&u],
+    );
+    let a = connect(&s, &u).await;
+    let b = connect(&s, &u).await;
+    a.batch_execute("BEGIN").await.unwrap();
+    let (_b, r, took) = join(spawn_pid(b), Duration::from_secs(6), "waiting client").await;
+    let e = r.expect_err("waiting client must time out");
+    assert_eq!(err_text(&e), "08P01 query_timeout");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "timed out after {took:?}"
+    );
+    // The holder, idle in its transaction, is not running a query: untouched.
+    a.batch_execute("SELECT 1; COMMIT").await.unwrap();
+}
+
+/// query_wait_timeout on a [databases] entry and in [users] (PgBouncer 1.26) overrides the
+/// global one for that database's, or that user's, pools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_wait_timeout_per_database_and_per_user() {
+    let by_db = new_role("qwdb").await;
+    let by_user = new_role("qwuser").await;
+    let dbs = "app = host={pg_host} port={pg_port} dbname=app query_wait_timeout=1\n\
+               other = host={pg_host} port={pg_port} dbname=other";
+    let ini = Sluice::basic_ini(
+        &format!(
+            "pool_mode = transaction\ndefault_pool_size = 1\nquery_wait_timeout = 60\n\
+             [users]\n{by_user} = query_wait_timeout=1"
+        ),
+        dbs,
+    );
+    let userlist = format!("\"{by_db}\" \"{PW}\"\n\"{by_user}\" \"{PW}\"\n");
+    let s = Sluice::builder(&ini).userlist(&userlist).start();
+    for (user, db) in [(&by_db, "app"), (&by_user, "other")] {
+        let a = connect_db(&s, user, db).await;
+        let b = connect_db(&s, user, db).await;
+        a.batch_execute("BEGIN").await.unwrap();
+        let (_b, r, took) = join(spawn_pid(b), Duration::from_secs(6), "waiting client").await;
+        let e = r.expect_err("waiting client must time out");
+        assert_eq!(err_text(&e), "08P01 query_wait_timeout", "{user}@{db}");
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+            "{user}@{db}: timed out after {took:?}"
+        );
+        a.batch_execute("COMMIT").await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,6 +266,43 @@ async fn server_lifetime_retires_servers_once_released() {
     assert!(
         wait_pid_gone(p2, Duration::from_secs(4)).await.is_some(),
         "second server {p2} not retired"
+    );
+}
+
+/// server_lifetime = 0: each server is used once (PgBouncer's "use once"). A new pool's first
+/// server, whose parameters greet the first client, still serves that client; the servers are
+/// logged as PgBouncer logs them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_lifetime_zero_uses_each_server_once() {
+    let u = new_role("svonce").await;
+    let s = start("pool_mode = session\nserver_lifetime = 0", &[&u]);
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        let a = connect(&s, &u).await;
+        let p = pid(&a).await;
+        assert_eq!(pid(&a).await, p, "a session keeps its server");
+        pids.push(p);
+        drop(a);
+        assert!(
+            wait_pid_gone(p, Duration::from_secs(3)).await.is_some(),
+            "server {p} used once still open\nlog:\n{}",
+            s.log()
+        );
+    }
+    assert_ne!(pids[0], pids[1]);
+    let log = s.log();
+    let opened = log
+        .lines()
+        .filter(|l| l.contains("new connection to server (from 127.0.0.1:"))
+        .count();
+    assert_eq!(
+        opened, 2,
+        "one server per session, no reconnect loop:\n{log}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains(&format!("app/{u}@"))
+            && l.contains("closing because: server lifetime over (age=")),
+        "{log}"
     );
 }
 

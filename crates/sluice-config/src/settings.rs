@@ -50,8 +50,8 @@ declare_settings! {
         listen_addr: Option<String> = "", fixed, supported, "Comma list of TCP addresses to listen on, or '*'; unset = Unix socket only.";
         listen_backlog: u32 = "128", fixed, supported, "listen(2) backlog.";
         listen_port: u16 = "6432", fixed, supported, "TCP port, also used in the Unix socket name .s.PGSQL.<port>.";
-        log_connections: bool = "1", reloadable, supported, "Log successful logins and new server connections.";
-        log_disconnections: bool = "1", reloadable, supported, "Log disconnections with their reason.";
+        log_connections: bool = "1", reloadable, supported, "Log successful logins, and each new server connection ('new connection to server (from ...)').";
+        log_disconnections: bool = "1", reloadable, supported, "Log disconnections with their reason ('closing because: ...'), of clients and of servers (failed connects, server_lifetime, server_idle_timeout, evictions).";
         log_pooler_errors: bool = "1", reloadable, supported, "Log errors the pooler sends to clients.";
         log_stats: bool = "1", reloadable, supported, "Log aggregate statistics every stats_period.";
         logfile: Option<String> = "", reloadable, supported, "Log file (reopened on reload); unset = log to stderr only.";
@@ -67,11 +67,11 @@ declare_settings! {
         peer_id: u16 = "0", reloadable, supported, "Id of this process in a peer group; 0 = peering off.";
         pidfile: Option<String> = "", fixed, supported, "PID file; unset = none.";
         pkt_buf: u32 = "4096", fixed, unsupported, "Per-connection I/O buffer size (bytes).";
-        pool_idle_timeout: Seconds = "0", reloadable, supported, "Seconds after which a pool without clients or servers is freed; 0 = off.";
+        pool_idle_timeout: Seconds = "0", reloadable, supported, "Seconds after which a pool without clients or servers is freed (logged as 'cleaning up idle pool'); pools with a min_pool_size are kept; 0 = off.";
         pool_mode: PoolMode = "session", reloadable, supported, "When a server goes back to the pool: session, transaction, statement.";
-        query_timeout: Seconds = "0", reloadable, supported, "Seconds a query may run before its server connection is closed; 0 = no limit.";
+        query_timeout: Seconds = "0", reloadable, supported, "Seconds a query may run before its server connection is closed; a client waiting for a server that long is disconnected with query_timeout too (before query_wait_timeout is looked at); 0 = no limit.";
         query_wait_notify: u32 = "5", reloadable, supported, "Whole seconds a queued client waits before a NOTICE tells it so; 0 = off.";
-        query_wait_timeout: Seconds = "120", reloadable, supported, "Seconds a client may wait for a server before it is disconnected; 0 = no limit. Checked by the janitor (every 200 ms), as PgBouncer checks it in its maintenance pass.";
+        query_wait_timeout: Seconds = "120", reloadable, supported, "Seconds a client may wait for a server before it is disconnected; 0 = no limit. Checked by the janitor (every 200 ms), as PgBouncer checks it in its maintenance pass. A [databases] entry and a [users] entry may set their own (query_wait_timeout=N, following PgBouncer 1.26); the user's wins over the database's, which wins over this one.";
         reserve_pool_size: u32 = "0", reloadable, supported, "Extra server connections per pool once a client waited reserve_pool_timeout.";
         reserve_pool_timeout: Seconds = "5", reloadable, supported, "Seconds a client waits before the reserve pool is used.";
         resolv_conf: String = "", fixed, unsupported, "Custom resolv.conf for the DNS resolver.";
@@ -82,7 +82,7 @@ declare_settings! {
         server_connect_timeout: Seconds = "15", reloadable, supported, "Seconds allowed for server connect and login.";
         server_fast_close: bool = "0", reloadable, supported, "Session mode: close servers marked for reconnect at the end of the current transaction.";
         server_idle_timeout: Seconds = "600", reloadable, supported, "Seconds an idle server may stay open; 0 = no limit.";
-        server_lifetime: Seconds = "3600", reloadable, supported, "Seconds after which an unused server is closed; 0 = use once.";
+        server_lifetime: Seconds = "3600", reloadable, supported, "Seconds after which an unused server is closed; 0 = use once (a server closes when the client that used it lets it go; a new server waits for its one client).";
         server_login_retry: Seconds = "15", reloadable, supported, "Seconds to wait before retrying after a failed server connect or login.";
         server_reset_query: String = "DISCARD ALL", reloadable, supported, "Query run when a server is released in session mode; empty = none.";
         server_reset_query_always: bool = "0", reloadable, supported, "Also run server_reset_query in transaction and statement modes.";

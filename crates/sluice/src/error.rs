@@ -109,6 +109,32 @@ impl ServerError {
         }
     }
 
+    /// PgBouncer's words for a failed connect or login ("connect failed", "connect timeout",
+    /// "server conn crashed?", the server's own message): the "closing because" of its log line
+    /// and the cached error clients get ("server login has been failing, cached error: ..."),
+    /// which operators and client libraries match on.
+    pub fn close_reason(&self) -> String {
+        use std::io::ErrorKind;
+        match self {
+            ServerError::Login(f) => f.message.clone(),
+            ServerError::ConnectTimeout => "connect timeout".into(),
+            ServerError::Io(io)
+                if matches!(
+                    io.kind(),
+                    ErrorKind::ConnectionRefused
+                        | ErrorKind::HostUnreachable
+                        | ErrorKind::NetworkUnreachable
+                        | ErrorKind::AddrNotAvailable
+                        | ErrorKind::NotFound
+                ) =>
+            {
+                "connect failed".into()
+            }
+            ServerError::Io(_) | ServerError::Closed => "server conn crashed?".into(),
+            other => other.to_string(),
+        }
+    }
+
     /// True when the server answered a login with an error of its own (bad password, no such role):
     /// clients waiting for that pool get the same error instead of waiting for a retry.
     pub fn is_login_rejection(&self) -> bool {
@@ -134,6 +160,10 @@ pub fn invalid_server_parameter(e: &ServerError) -> ClientNotice {
 pub enum PoolError {
     #[error("query_wait_timeout")]
     WaitTimeout,
+    /// Waited for a server longer than query_timeout (PgBouncer holds a queued client's request
+    /// to query_timeout as well, and looks at it before query_wait_timeout).
+    #[error("query_timeout")]
+    QueryTimeout,
     #[error("server login has been failing, cached error: {0} (server_login_retry)")]
     LoginFailing(String),
     #[error("{0}")]
@@ -152,6 +182,9 @@ impl PoolError {
         match self {
             PoolError::WaitTimeout => {
                 ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "query_wait_timeout")
+            }
+            PoolError::QueryTimeout => {
+                ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "query_timeout")
             }
             PoolError::LoginFailing(_) => {
                 ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, self.to_string())

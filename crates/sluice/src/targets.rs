@@ -13,6 +13,7 @@ use crate::net::socket::TcpTuning;
 use crate::pool::rules::{PoolLimits, ServerTimeouts};
 use crate::pool::{PoolSettings, RelayTimeouts, SessionKnobs};
 use crate::server::connect::ConnectOptions;
+use crate::server::log::ServerLog;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::tls::ServerTls;
 
@@ -244,7 +245,11 @@ pub fn pool_settings(
                 found: g.dns_max_ttl.as_duration().unwrap_or_default(),
                 failed: g.dns_nxdomain_ttl.as_duration().unwrap_or_default(),
             },
-            log_connections: g.log_connections,
+            log: ServerLog {
+                pool: format!("{}/{login_user}", db.name).into(),
+                connections: g.log_connections,
+                disconnections: g.log_disconnections,
+            },
         },
         target: Arc::new(target),
         generation,

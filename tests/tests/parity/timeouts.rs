@@ -1,8 +1,9 @@
 //! Timeouts side by side: idle_transaction_timeout per user in [users] (over the global value),
-//! server_connect_timeout against a server that never answers, server_login_retry while the
-//! server refuses logins (what clients see, and how often the pooler tries again), and the
-//! SHOW CONFIG rows of the keys this group covers. A fake server in the test (`FakeServer`)
-//! stands for the server that never answers or refuses every login, and counts the attempts.
+//! server_connect_timeout against a server that never answers (and query_timeout ending a
+//! client's wait for it), server_login_retry while the server refuses logins (what clients see,
+//! and how often the pooler tries again), and the SHOW CONFIG rows of the keys this group covers.
+//! A fake server in the test (`FakeServer`) stands for the server that never answers or refuses
+//! every login, and counts the attempts.
 
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -280,6 +281,35 @@ async fn server_connect_timeout_and_login_retry_match_pgbouncer() {
         login_to_silent_server(b.sl.port, &fb)
     );
     results.push(("server never answers".into(), ra, rb));
+    drop((a, b));
+
+    // The same with query_timeout below query_wait_timeout: a client waiting for a server is held
+    // to query_timeout too.
+    let (fa, fb) = (
+        FakeServer::start(Behaviour::Silent).await,
+        FakeServer::start(Behaviour::Silent).await,
+    );
+    let extra = "auth_type = trust\nserver_connect_timeout = 1\nserver_login_retry = 5\n\
+                 query_timeout = 2\nquery_wait_timeout = 4";
+    let a = pair_with(
+        extra,
+        &format!("app = host=127.0.0.1 port={} dbname=app", fa.port),
+        USERS,
+        &[],
+    )
+    .unwrap();
+    let b = pair_with(
+        extra,
+        &format!("app = host=127.0.0.1 port={} dbname=app", fb.port),
+        USERS,
+        &[],
+    )
+    .unwrap();
+    let (ra, rb) = tokio::join!(
+        login_to_silent_server(a.pgb.port, &fa),
+        login_to_silent_server(b.sl.port, &fb)
+    );
+    results.push(("server never answers, query_timeout 2".into(), ra, rb));
     drop((a, b));
 
     // A server that refuses every login: the first client gets the server's error, the next ones

@@ -144,7 +144,7 @@ pub fn login<'a>(
                     .await
                     .map_err(|e| EndReason::Error(e.client_notice()))?;
                 let welcome = Arc::new(Welcome::new(server.params.clone()));
-                pool.release(server, true);
+                pool.give_back_unused(server);
                 welcome
             }
         };

@@ -83,11 +83,18 @@ impl Connector for PgConnector {
             let addr = conn.addr.to_string();
             if book.claim(&addr) {
                 let asked = facts::learn(&mut conn, opts.max_packet_size);
-                match tokio::time::timeout(opts.connect_timeout, asked).await {
-                    Ok(Ok(Some(f))) => book.record(&addr, f),
-                    Ok(Ok(None)) => {}
-                    Ok(Err(e)) => return Err(e),
-                    Err(_) => return Err(ServerError::ConnectTimeout),
+                let failed = match tokio::time::timeout(opts.connect_timeout, asked).await {
+                    Ok(Ok(Some(f))) => {
+                        book.record(&addr, f);
+                        None
+                    }
+                    Ok(Ok(None)) => None,
+                    Ok(Err(e)) => Some(e),
+                    Err(_) => Some(ServerError::ConnectTimeout),
+                };
+                if let Some(e) = failed {
+                    opts.log.closing_conn(&conn, &e.close_reason());
+                    return Err(e);
                 }
             }
             Ok(conn)

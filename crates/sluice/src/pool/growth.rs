@@ -123,24 +123,6 @@ impl Pool {
                 slots.tracker = Some(self.servers_book.track(&conn));
                 slots.home = self.home_slot(conn.home);
                 conn.slots = Some(slots);
-                if settings.connect.log_connections {
-                    // PgBouncer's line, which operators grep (its local address tells the hosts
-                    // of a list apart when they resolve alike).
-                    match conn.stream.tcp().and_then(|s| s.local_addr().ok()) {
-                        Some(local) => tracing::info!(
-                            "S-{}: {}@{} new connection to server (from {local})",
-                            conn.id,
-                            self.key,
-                            conn.addr
-                        ),
-                        None => tracing::info!(
-                            "S-{}: {}@{} new connection to server",
-                            conn.id,
-                            self.key,
-                            conn.addr
-                        ),
-                    }
-                }
                 {
                     let mut w = self.welcome.lock();
                     if w.is_none() {
@@ -154,8 +136,9 @@ impl Pool {
                     st.retry_wanted = false;
                     self.failing.store(false, Ordering::Relaxed);
                 }
-                // release() hands it to a waiter or parks it idle.
-                self.release(PooledServer::new(conn), true);
+                // Handed to a waiter or parked idle; never used yet, so server_lifetime does not
+                // close it (a lifetime of 0 means "used once").
+                self.give_back_unused(PooledServer::new(conn));
             }
             Err(e) => {
                 drop(slots);
@@ -165,16 +148,9 @@ impl Pool {
     }
 
     fn login_failed(self: &Arc<Self>, e: ServerError, connecting: Connecting, started: Instant) {
-        match &e {
-            // PgBouncer's words: the server's severity and message ("server login failed: FATAL
-            // database \"x\" does not exist").
-            ServerError::Login(f) => tracing::warn!(
-                "{}: server login failed: {} {}",
-                self.key,
-                f.severity,
-                f.message
-            ),
-            _ => tracing::warn!("{}: server login failed: {}", self.key, e),
+        // A server's own refusal was logged with the server's id where it came (`ServerLog`).
+        if !matches!(e, ServerError::Login(_)) {
+            tracing::warn!("{}: server login failed: {}", self.key, e);
         }
         let rejected = e.is_login_rejection();
         let notice: Option<ClientNotice> = rejected.then(|| e.client_notice());
@@ -184,7 +160,7 @@ impl Pool {
             connecting.finish(&mut st);
             st.failure = Some(LoginFailure {
                 started,
-                message: cached_reason(&e),
+                message: e.close_reason(),
                 gated: welcomed || !rejected,
             });
             self.failing.store(true, Ordering::Relaxed);
@@ -202,29 +178,5 @@ impl Pool {
                 let _ = w.tx.send(Err(PoolError::Rejected(Box::new(n.clone()))));
             }
         }
-    }
-}
-
-/// What PgBouncer calls a failed server login in its cached error ("server login has been
-/// failing, cached error: ..."), which operators and client libraries match on.
-fn cached_reason(e: &ServerError) -> String {
-    use std::io::ErrorKind;
-    match e {
-        ServerError::Login(f) => f.message.clone(),
-        ServerError::ConnectTimeout => "connect timeout".into(),
-        ServerError::Io(io)
-            if matches!(
-                io.kind(),
-                ErrorKind::ConnectionRefused
-                    | ErrorKind::HostUnreachable
-                    | ErrorKind::NetworkUnreachable
-                    | ErrorKind::AddrNotAvailable
-                    | ErrorKind::NotFound
-            ) =>
-        {
-            "connect failed".into()
-        }
-        ServerError::Io(_) | ServerError::Closed => "server conn crashed?".into(),
-        other => other.to_string(),
     }
 }

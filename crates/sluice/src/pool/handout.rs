@@ -22,6 +22,7 @@ use super::servers::ServerState;
 use super::shard::{here, longest_waiting_other, Lists};
 use super::{rules, Pool, PoolSettings, PooledServer, Waiter, WaiterReply, ASK_KERNEL_AFTER_IDLE};
 use crate::error::PoolError;
+use crate::server::log::reason;
 use crate::server::ServerConn;
 use crate::stats::PoolStats;
 use crate::workers::cross::CrossEvent;
@@ -363,29 +364,51 @@ impl Pool {
                 l.idle.pop_back()
             }?;
             let idle_for = now.saturating_duration_since(conn.last_used);
-            if !self.close_needed(conn.id, conn.generation, settings)
-                && rules::reusable_on_release(
-                    now.saturating_duration_since(conn.created),
-                    &settings.timeouts,
-                )
-                && conn.stream.is_quiet(idle_for >= ASK_KERNEL_AFTER_IDLE)
-            {
+            if self.close_needed(conn.id, conn.generation, settings) {
+                continue;
+            }
+            let age = now.saturating_duration_since(conn.created);
+            if !rules::within_lifetime(age, conn.served, &settings.timeouts) {
+                settings.connect.log.closing_conn(&conn, reason::LIFETIME);
+                continue;
+            }
+            if conn.stream.is_quiet(idle_for >= ASK_KERNEL_AFTER_IDLE) {
                 return Some((conn, idle_for));
             }
         }
     }
 
-    /// Return a server. `reusable` = the caller knows it is clean (idle, nothing pending).
+    /// Return a server a client used. `reusable` = the caller knows it is clean (idle, nothing
+    /// pending).
     pub fn release(self: &Arc<Self>, server: PooledServer, reusable: bool) {
         self.release_at(server, reusable, Instant::now(), &self.settings());
+    }
+
+    /// Return a server no client used: a new one from a connect task, or the one whose parameters
+    /// greeted a new pool's first client. Its lifetime is not looked at (PgBouncer does not at the
+    /// end of a server's login either), so a server_lifetime of 0 still lets one client use it.
+    pub fn give_back_unused(self: &Arc<Self>, server: PooledServer) {
+        self.put_back(server, true, false, Instant::now(), &self.settings());
     }
 
     /// `release` with the caller's clock reading (the session's, taken at the server's last
     /// reply) and settings snapshot: no clock read or settings load of its own on the hot path.
     pub fn release_at(
         self: &Arc<Self>,
+        server: PooledServer,
+        reusable: bool,
+        now: Instant,
+        settings: &PoolSettings,
+    ) {
+        self.put_back(server, reusable, true, now, settings);
+    }
+
+    /// A server comes back: to a waiter, idle, or closed. `served`: a client used it.
+    fn put_back(
+        self: &Arc<Self>,
         mut server: PooledServer,
         reusable: bool,
+        served: bool,
         now: Instant,
         settings: &PoolSettings,
     ) {
@@ -393,12 +416,16 @@ impl Pool {
             return;
         };
         conn.last_used = now;
-        let keep = reusable
-            && conn.is_clean()
-            && !self.close_needed(conn.id, conn.generation, settings)
-            && rules::reusable_on_release(now - conn.created, &settings.timeouts)
-            && !self.over_limits(settings);
-        if !keep {
+        conn.served |= served;
+        let clean =
+            reusable && conn.is_clean() && !self.close_needed(conn.id, conn.generation, settings);
+        let expired = clean
+            && conn.served
+            && !rules::within_lifetime(now - conn.created, true, &settings.timeouts);
+        if expired {
+            settings.connect.log.closing_conn(&conn, reason::LIFETIME);
+        }
+        if !clean || expired || self.over_limits(settings) {
             drop(conn);
             self.kick();
             return;

@@ -34,6 +34,7 @@ use sluice_protocol::ScramKeys;
 use tokio::sync::oneshot;
 
 use crate::error::PoolError;
+use crate::server::log::reason;
 use crate::server::welcome::Welcome;
 use crate::server::ServerConn;
 use crate::session_state::policy::Feature;
@@ -463,41 +464,42 @@ impl Pool {
         }
     }
 
-    /// Janitor work: fail waiters past query_wait_timeout, close idle servers past
+    /// Janitor work: fail waiters past query_timeout or query_wait_timeout, close idle servers past
     /// server_idle_timeout / server_lifetime, and grow for waiters and min_pool_size (this is also
     /// how a failed login is retried after server_login_retry).
     pub fn maintain(self: &Arc<Self>) {
         let settings = self.settings();
         let now = Instant::now();
         let mut total = self.servers.current();
-        let mut closing: Vec<Box<ServerConn>> = Vec::new();
-        let mut expired: Vec<Waiter> = Vec::new();
+        let mut closing: Vec<(Box<ServerConn>, Option<rules::IdleClose>)> = Vec::new();
+        let mut expired: Vec<(Waiter, PoolError)> = Vec::new();
+        let query_timeout = settings.relay.query_timeout;
         for shard in self.shards.iter() {
             let mut l = shard.lock();
-            if let Some(limit) = settings.query_wait_timeout {
-                // Oldest first: each shard's line is ordered by `since`.
-                while l
-                    .waiters
-                    .front()
-                    .is_some_and(|w| now.saturating_duration_since(w.since) >= limit)
-                {
-                    expired.extend(l.waiters.pop_front());
-                }
+            // Oldest first: each shard's line is ordered by `since`.
+            while let Some(w) = l.waiters.front() {
+                let waited = now.saturating_duration_since(w.since);
+                let Some(e) =
+                    rules::wait_expired(waited, query_timeout, settings.query_wait_timeout)
+                else {
+                    break;
+                };
+                expired.extend(l.waiters.pop_front().map(|w| (w, e.into())));
             }
             let mut i = 0;
             while i < l.idle.len() {
                 let conn = &l.idle[i];
-                let close = self.close_needed(conn.id, conn.generation, &settings)
-                    || rules::close_idle(
-                        conn.last_used.elapsed(),
-                        conn.created.elapsed(),
-                        total,
-                        settings.limits.min_pool_size,
-                        &settings.timeouts,
-                    );
-                if close {
+                let why = rules::close_idle(
+                    conn.last_used.elapsed(),
+                    conn.created.elapsed(),
+                    conn.served,
+                    total,
+                    settings.limits.min_pool_size,
+                    &settings.timeouts,
+                );
+                if why.is_some() || self.close_needed(conn.id, conn.generation, &settings) {
                     total = total.saturating_sub(1);
-                    closing.extend(l.idle.remove(i));
+                    closing.extend(l.idle.remove(i).map(|c| (c, why)));
                 } else {
                     i += 1;
                 }
@@ -506,11 +508,19 @@ impl Pool {
         }
         // (PgBouncer fails queued clients in its maintenance pass too: query_wait_timeout is as
         // precise as the janitor's period, and no timer is armed per wait.)
-        for w in expired {
-            let _ = w.tx.send(Err(PoolError::WaitTimeout));
+        for (w, e) in expired {
+            let _ = w.tx.send(Err(e));
         }
-        for c in &closing {
-            tracing::debug!("S-{}: {} closing idle server", c.id, self.key);
+        for (c, why) in &closing {
+            match why {
+                Some(rules::IdleClose::Lifetime) => {
+                    settings.connect.log.closing_conn(c, reason::LIFETIME)
+                }
+                Some(rules::IdleClose::IdleTimeout) => {
+                    settings.connect.log.closing_conn(c, reason::IDLE_TIMEOUT)
+                }
+                None => tracing::debug!("S-{}: {} closing idle server", c.id, self.key),
+            }
         }
         drop(closing);
         self.trim_surplus(&settings);
@@ -524,6 +534,10 @@ impl Pool {
             if let Some(conn) = l.idle.pop_front() {
                 shard.publish(&l, self.born);
                 drop(l);
+                self.settings()
+                    .connect
+                    .log
+                    .closing_conn(&conn, reason::EVICTED);
                 drop(conn);
                 return true;
             }

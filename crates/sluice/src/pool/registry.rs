@@ -207,7 +207,7 @@ impl PoolRegistry {
 
     /// pool_idle_timeout (PgBouncer 1.25): a pool without clients and servers for that long leaves
     /// the registry (SHOW POOLS, its metric series); the next client makes it again. Paused
-    /// databases keep their pools.
+    /// databases and pools with a min_pool_size keep their pools.
     pub fn free_idle_pools(&self, timeout: Option<Duration>, paused: &dyn Fn(&str) -> bool) {
         let Some(timeout) = timeout else {
             self.idle_pools.lock().clear();
@@ -221,6 +221,10 @@ impl PoolRegistry {
             let unused: Vec<&Arc<Pool>> = pools
                 .iter()
                 .filter(|p| {
+                    // A pool kept at min_pool_size stays, even while its connects fail.
+                    if p.settings().limits.min_pool_size > 0 {
+                        return false;
+                    }
                     let c = p.counts();
                     c.clients == 0 && c.total == 0 && c.connecting == 0
                 })
@@ -228,8 +232,9 @@ impl PoolRegistry {
             idle.retain(|k, _| unused.iter().any(|p| &p.key == k));
             for p in unused {
                 let since = *idle.entry(p.key.clone()).or_insert(now);
-                if now.duration_since(since) >= timeout && !paused(&p.key.database) {
-                    expired.push(p.clone());
+                let unused_for = now.duration_since(since);
+                if unused_for >= timeout && !paused(&p.key.database) {
+                    expired.push((p.clone(), unused_for));
                 }
             }
         }
@@ -237,12 +242,18 @@ impl PoolRegistry {
             return;
         }
         let mut pools = self.pools.write();
-        for p in expired {
+        for (p, unused_for) in expired {
             // Retired under the lock a joining client takes: one that got it first keeps it.
             if p.retire_if_unused() {
                 pools.remove(&p.key);
                 self.idle_pools.lock().remove(&p.key);
-                tracing::debug!("{}: pool freed: unused for pool_idle_timeout", p.key);
+                // PgBouncer's words (and spacing), which its test suite and operators look for.
+                tracing::info!(
+                    "cleaning up idle pool for user {} on db {} because: pool idle timeout (age= {}s)",
+                    p.key.user,
+                    p.key.database,
+                    unused_for.as_secs()
+                );
             }
         }
     }

@@ -105,12 +105,22 @@ pub struct ServerTimeouts {
     pub idle_timeout: Option<Duration>,
 }
 
-/// May a released server go back to the idle list? A server past its lifetime is closed instead.
-pub fn reusable_on_release(age: Duration, t: &ServerTimeouts) -> bool {
+/// May a server be used (again)? One past server_lifetime closes instead. A lifetime of 0 means
+/// "use once": a server that no client has used yet is good (a new one, or one whose parameters
+/// only greeted a new pool's first client), one that served a client is not.
+pub fn within_lifetime(age: Duration, served: bool, t: &ServerTimeouts) -> bool {
     match t.lifetime {
         None => true,
+        Some(Duration::ZERO) => !served,
         Some(l) => age < l,
     }
+}
+
+/// Why the janitor closes an idle server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleClose {
+    Lifetime,
+    IdleTimeout,
 }
 
 /// Should the janitor close this idle server? `total` is the pool's server count, which may not fall
@@ -118,16 +128,51 @@ pub fn reusable_on_release(age: Duration, t: &ServerTimeouts) -> bool {
 pub fn close_idle(
     idle_for: Duration,
     age: Duration,
+    served: bool,
     total: usize,
     min_pool_size: u32,
     t: &ServerTimeouts,
-) -> bool {
-    if !reusable_on_release(age, t) {
-        return true;
+) -> Option<IdleClose> {
+    if !within_lifetime(age, served, t) {
+        return Some(IdleClose::Lifetime);
     }
     match t.idle_timeout {
-        Some(limit) => idle_for >= limit && total > min_pool_size as usize,
-        None => false,
+        Some(limit) if idle_for >= limit && total > min_pool_size as usize => {
+            Some(IdleClose::IdleTimeout)
+        }
+        _ => None,
+    }
+}
+
+/// Which timeout a client waiting for a server has run out of, if any. As PgBouncer's janitor,
+/// query_timeout is looked at first: a queued request counts against it as well.
+pub fn wait_expired(
+    waited: Duration,
+    query_timeout: Option<Duration>,
+    query_wait_timeout: Option<Duration>,
+) -> Option<WaitExpired> {
+    if query_timeout.is_some_and(|l| waited >= l) {
+        Some(WaitExpired::QueryTimeout)
+    } else if query_wait_timeout.is_some_and(|l| waited >= l) {
+        Some(WaitExpired::QueryWaitTimeout)
+    } else {
+        None
+    }
+}
+
+/// The timeout a waiting client ran out of (`wait_expired`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitExpired {
+    QueryTimeout,
+    QueryWaitTimeout,
+}
+
+impl From<WaitExpired> for crate::error::PoolError {
+    fn from(e: WaitExpired) -> Self {
+        match e {
+            WaitExpired::QueryTimeout => crate::error::PoolError::QueryTimeout,
+            WaitExpired::QueryWaitTimeout => crate::error::PoolError::WaitTimeout,
+        }
     }
 }
 
@@ -322,42 +367,79 @@ mod tests {
             lifetime: Some(Duration::from_secs(3600)),
             idle_timeout: Some(Duration::from_secs(600)),
         };
-        assert!(reusable_on_release(Duration::from_secs(10), &t));
-        assert!(!reusable_on_release(Duration::from_secs(3600), &t));
-        assert!(close_idle(
-            Duration::from_secs(600),
-            Duration::from_secs(700),
-            3,
-            0,
-            &t
-        ));
-        assert!(!close_idle(
-            Duration::from_secs(599),
-            Duration::from_secs(700),
-            3,
-            0,
-            &t
-        ));
+        let secs = Duration::from_secs;
+        assert!(within_lifetime(secs(10), true, &t));
+        assert!(!within_lifetime(secs(3600), true, &t));
+        assert!(!within_lifetime(secs(3600), false, &t), "age, used or not");
+        assert_eq!(
+            close_idle(secs(600), secs(700), true, 3, 0, &t),
+            Some(IdleClose::IdleTimeout)
+        );
+        assert_eq!(close_idle(secs(599), secs(700), true, 3, 0, &t), None);
         // min_pool_size protects against idle closing, not against lifetime
-        assert!(!close_idle(
-            Duration::from_secs(900),
-            Duration::from_secs(900),
-            2,
-            2,
-            &t
-        ));
-        assert!(close_idle(
-            Duration::from_secs(900),
-            Duration::from_secs(4000),
-            2,
-            2,
-            &t
-        ));
+        assert_eq!(close_idle(secs(900), secs(900), true, 2, 2, &t), None);
+        assert_eq!(
+            close_idle(secs(900), secs(4000), true, 2, 2, &t),
+            Some(IdleClose::Lifetime)
+        );
+    }
+
+    #[test]
+    fn zero_lifetime_means_use_once() {
         let use_once = ServerTimeouts {
             lifetime: Some(Duration::ZERO),
             idle_timeout: None,
         };
-        assert!(!reusable_on_release(Duration::from_millis(1), &use_once));
+        assert!(!within_lifetime(Duration::from_millis(1), true, &use_once));
+        // A new server, or one that only greeted a pool's first client, is still to be used.
+        assert!(within_lifetime(Duration::from_secs(60), false, &use_once));
+        assert_eq!(
+            close_idle(
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+                false,
+                1,
+                0,
+                &use_once
+            ),
+            None
+        );
+        assert_eq!(
+            close_idle(Duration::ZERO, Duration::ZERO, true, 1, 0, &use_once),
+            Some(IdleClose::Lifetime)
+        );
+        let forever = ServerTimeouts {
+            lifetime: None,
+            idle_timeout: None,
+        };
+        assert!(within_lifetime(
+            Duration::from_secs(1 << 30),
+            true,
+            &forever
+        ));
+    }
+
+    #[test]
+    fn a_wait_runs_out_of_query_timeout_first() {
+        let secs = Duration::from_secs;
+        assert_eq!(wait_expired(secs(2), Some(secs(3)), Some(secs(120))), None);
+        assert_eq!(
+            wait_expired(secs(3), Some(secs(3)), Some(secs(120))),
+            Some(WaitExpired::QueryTimeout)
+        );
+        assert_eq!(
+            wait_expired(secs(5), Some(secs(5)), Some(secs(5))),
+            Some(WaitExpired::QueryTimeout)
+        );
+        assert_eq!(
+            wait_expired(secs(5), Some(secs(10)), Some(secs(5))),
+            Some(WaitExpired::QueryWaitTimeout)
+        );
+        assert_eq!(
+            wait_expired(secs(5), None, Some(secs(5))),
+            Some(WaitExpired::QueryWaitTimeout)
+        );
+        assert_eq!(wait_expired(secs(1 << 20), None, None), None);
     }
 
     #[test]

@@ -21,6 +21,8 @@ use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::workers::cross::CrossEvent;
 
+mod config;
+mod lifetime;
 mod retry;
 mod workers;
 
@@ -92,7 +94,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
             max_packet_size: 1 << 30,
             tls: Arc::new(crate::tls::ServerTls::disabled()),
             dns_ttl: Default::default(),
-            log_connections: false,
+            log: Default::default(),
         },
         target: Arc::new(ServerTarget::new(
             vec![],

@@ -9,6 +9,7 @@ use sluice_protocol::{encode_startup, ScramKeys};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 
+use super::log::ServerLog;
 use super::{login, query, ServerAddr, ServerConn, ServerTarget};
 use crate::error::ServerError;
 use crate::net::socket::{tune_tcp, TcpTuning};
@@ -25,8 +26,8 @@ pub struct ConnectOptions {
     pub tls: Arc<ServerTls>,
     /// dns_max_ttl / dns_nxdomain_ttl.
     pub dns_ttl: crate::net::dns::DnsTtl,
-    /// log_connections: each new server is logged (PgBouncer's "new connection to server").
-    pub log_connections: bool,
+    /// log_connections / log_disconnections and the pool's name in those lines.
+    pub log: ServerLog,
 }
 
 /// Connect and log in. The result is idle (ReadyForQuery 'I').
@@ -41,6 +42,7 @@ pub async fn open(
         return Err(ServerError::Unexpected("database has no host".into()));
     };
     let addr = addr.clone();
+    let started = tokio::time::Instant::now();
     let work = async {
         let (stream, tls) = match &addr {
             ServerAddr::Tcp { host, port } => {
@@ -60,7 +62,7 @@ pub async fn open(
             }
             ServerAddr::Unix { path } => (Stream::Unix(UnixStream::connect(path).await?), None),
         };
-        let mut conn = ServerConn::new(id, stream, addr);
+        let mut conn = ServerConn::new(id, stream, addr.clone());
         conn.tls = tls;
         let mut params: Vec<(&str, &str)> =
             vec![("user", &target.user), ("database", &target.dbname)];
@@ -86,8 +88,16 @@ pub async fn open(
         Ok(r) => r,
         Err(_) => Err(ServerError::ConnectTimeout),
     };
-    if r.is_err() {
-        target.connect_failed(index);
+    match &r {
+        Ok(conn) => opts.log.connected(conn),
+        Err(e) => {
+            if let ServerError::Login(f) = e {
+                opts.log.login_refused(id, &addr, &f.severity, &f.message);
+            }
+            opts.log
+                .closing(id, &addr, started.elapsed(), &e.close_reason());
+            target.connect_failed(index);
+        }
     }
     r
 }

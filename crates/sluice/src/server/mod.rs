@@ -2,6 +2,7 @@
 
 pub mod connect;
 pub mod facts;
+pub mod log;
 pub mod login;
 pub mod params;
 pub mod query;
@@ -35,6 +36,11 @@ pub struct ServerConn {
     pub created: Instant,
     /// When it was last released (or logged in).
     pub last_used: Instant,
+    /// A client's work ran on it (set when a client is linked, and when it comes back through
+    /// `Pool::release`); the pooler's own look at a new server does not count. Until then its
+    /// login vouches for it: server_check_query waits until it idled `pool::rules::FRESH_TRUST`
+    /// (`pool::rules::check_due`); server_lifetime = 0 ("use once") closes it once served.
+    pub served: bool,
     pub status: TransactionStatus,
     /// Config generation of its pool at login; a newer generation means "close when released".
     pub generation: u64,
@@ -45,9 +51,6 @@ pub struct ServerConn {
     pub prepared: Box<ServerStatements>,
     /// A client changed session parameters here (transaction mode); `gucs_owner` is that client.
     pub gucs_dirty: bool,
-    /// Has carried a client's requests. Until then its login vouches for it: server_check_query
-    /// waits until it idled `pool::rules::FRESH_TRUST` (`pool::rules::check_due`).
-    pub served: bool,
     pub gucs_owner: Option<crate::ids::ClientId>,
     /// Set when the connection is TLS.
     pub tls: Option<crate::tls::connector::ServerTlsInfo>,
@@ -68,12 +71,12 @@ impl ServerConn {
             addr: std::sync::Arc::new(addr),
             created: now,
             last_used: now,
+            served: false,
             status: TransactionStatus::Idle,
             generation: 0,
             slots: None,
             prepared: Box::default(),
             gucs_dirty: false,
-            served: false,
             gucs_owner: None,
             tls: None,
             home: crate::workers::current(),

@@ -1,0 +1,71 @@
+//! The log lines of a pool's server connections, in PgBouncer's words, which operators and
+//! PgBouncer's own test suite grep for: `new connection to server (from <local address>)` under
+//! log_connections, `closing because: <reason> (age=<n>s)` under log_disconnections.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{ServerAddr, ServerConn};
+use crate::ids::ServerId;
+
+/// Why a server connection closes, as PgBouncer words it.
+pub mod reason {
+    pub const LIFETIME: &str = "server lifetime over";
+    pub const IDLE_TIMEOUT: &str = "server idle timeout";
+    pub const EVICTED: &str = "evicted";
+}
+
+/// How one pool's servers are logged: its name in the lines and the two switches, as of the
+/// pool's last settings refresh.
+#[derive(Debug, Clone, Default)]
+pub struct ServerLog {
+    /// `database/user` of the pool.
+    pub pool: Arc<str>,
+    pub connections: bool,
+    pub disconnections: bool,
+}
+
+impl ServerLog {
+    /// A server logged in.
+    pub fn connected(&self, conn: &ServerConn) {
+        if !self.connections {
+            return;
+        }
+        let from = match conn.stream.tcp().and_then(|s| s.local_addr().ok()) {
+            Some(local) => local.to_string(),
+            None => "unix".to_string(),
+        };
+        tracing::info!(
+            "S-{}: {}@{} new connection to server (from {from})",
+            conn.id,
+            self.pool,
+            conn.addr
+        );
+    }
+
+    /// A server that closes (`age`: since its connect started).
+    pub fn closing(&self, id: ServerId, addr: &ServerAddr, age: Duration, reason: &str) {
+        if !self.disconnections {
+            return;
+        }
+        tracing::info!(
+            "S-{id}: {}@{addr} closing because: {reason} (age={}s)",
+            self.pool,
+            age.as_secs()
+        );
+    }
+
+    /// The server refused the login: PgBouncer's warning (`server login failed: FATAL <message>`),
+    /// logged whatever log_disconnections says.
+    pub fn login_refused(&self, id: ServerId, addr: &ServerAddr, severity: &str, message: &str) {
+        tracing::warn!(
+            "S-{id}: {}@{addr} server login failed: {severity} {message}",
+            self.pool
+        );
+    }
+
+    /// `closing` for a logged-in server.
+    pub fn closing_conn(&self, conn: &ServerConn, reason: &str) {
+        self.closing(conn.id, &conn.addr, conn.created.elapsed(), reason);
+    }
+}
