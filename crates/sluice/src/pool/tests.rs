@@ -459,7 +459,8 @@ async fn check_delay_zero_checks_a_released_server_not_a_fresh_one() {
     let pool = pool_with(s, &f, ConnCounter::new());
     let settings = pool.settings();
     let fresh = pool.checkout().await.unwrap();
-    pool.release(fresh, true);
+    // The pooler's own look (the welcome's): not a client's use.
+    pool.give_back_unused(fresh);
     let mut server = pool
         .try_checkout_now(Instant::now(), &settings)
         .ok()
