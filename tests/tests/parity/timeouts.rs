@@ -359,8 +359,9 @@ async fn server_connect_timeout_and_login_retry_match_pgbouncer() {
         format!("tries {}", fa.accepted()),
         format!("tries {}", fb.accepted()),
     ));
-    // The silent server, four steps of the refusing one, then no client.
-    report(&results, 1 + 4 + 1);
+    // The silent server (query_wait_timeout, then query_timeout), four steps of the refusing
+    // one, then no client.
+    report(&results, 2 + 4 + 1);
 }
 
 /// A query on a logged-in raw client: "ok", or the error's SQLSTATE and text.
