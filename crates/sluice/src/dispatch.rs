@@ -229,9 +229,8 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
 enum LoggedIn {
     /// Boxed: it lives as long as the client and is much larger than the admin variant.
     Pool(Box<session::Session>),
-    /// The startup info boxed: this enum sits in the login phase's state, which every login
-    /// in flight holds.
-    Admin(Box<startup::StartupInfo>, crate::admin::Access),
+    /// Boxed: this enum sits in the login phase's state, which every login in flight holds.
+    Admin(Box<(startup::StartupInfo, crate::admin::session::ConsoleLogin)>),
     /// A replication client: its whole session runs in the login phase, as a console's does.
     Replication(Box<crate::client::replication::Start>),
 }
@@ -294,8 +293,8 @@ async fn login_phase(
         // The console is reachable even when max_client_conn is used up, as in PgBouncer.
         if info.database == crate::admin::ADMIN_DB {
             // Boxed: the console's login state would size every pool login for it.
-            let access = Box::pin(crate::admin::session::login(app, client, &info)).await?;
-            return Ok(LoggedIn::Admin(Box::new(info), access));
+            let console = Box::pin(crate::admin::session::login(app, client, &info)).await?;
+            return Ok(LoggedIn::Admin(Box::new((info, console))));
         }
         if count > cfg.settings.max_client_conn as usize && cfg.settings.max_client_conn != 0 {
             return Err(EndReason::Error(ClientNotice::new(
@@ -320,12 +319,20 @@ async fn login_phase(
     drop(in_login);
     match logged_in {
         Ok(LoggedIn::Pool(s)) => Ok(s),
-        Ok(LoggedIn::Admin(info, access)) => Err(session::Outcome::End(
-            Box::pin(crate::admin::session::run(
-                app, client, &info, access, entry,
+        Ok(LoggedIn::Admin(console)) => {
+            // The console login (its place in the client counts) lives as long as the session.
+            let (info, login) = &*console;
+            Err(session::Outcome::End(
+                Box::pin(crate::admin::session::run(
+                    app,
+                    client,
+                    info,
+                    login.access,
+                    entry,
+                ))
+                .await,
             ))
-            .await,
-        )),
+        }
         Ok(LoggedIn::Replication(start)) => Err(session::Outcome::End(
             Box::pin(crate::client::replication::run(app, client, entry, start)).await,
         )),

@@ -7,14 +7,18 @@
 //! (name, secret). The secret (plaintext, md5 or SCRAM verifier) verifies the client and logs in
 //! to the server as that user (a SCRAM verifier through pass-through keys).
 //!
+//! A row whose secret is NULL or empty names a user that exists but has no usable password: no
+//! password matches it (PgBouncer's "impossible md5"), but auth_type=trust (or an hba trust line)
+//! lets the user in, as PgBouncer does. No row at all is `Lookup::NoSuchUser`.
+//!
 //! Cache: a found secret is kept per (auth database, auth_user, auth_query, user) until RELOAD,
-//! so a changed password in PostgreSQL is seen after the next RELOAD (or restart). Users that are
-//! not found (no row, NULL or empty secret) are not cached: they are asked for again at each login
-//! and get the mock exchange. Errors fail the login as PgBouncer 1.25 fails it: a server for the
+//! so a changed password in PostgreSQL is seen after the next RELOAD (or restart). Users without
+//! a secret (no row, NULL or empty secret) are not cached: they are asked for again at each login.
+//! Errors fail the login as PgBouncer 1.25 fails it: a server for the
 //! query is waited for up to query_wait_timeout, the query itself up to server_connect_timeout; a
-//! query error or a missing auth_dbname is `bouncer config error` to the
-//! client (the cause in the log), a disabled auth database is named, a refused login of auth_user
-//! is the server's own answer (`tests/tests/parity/auth_query.rs`).
+//! query error, a missing auth_dbname or the console's name as auth_dbname is `bouncer config
+//! error` to the client (the cause in the log), a disabled auth database is named, a refused login
+//! of auth_user is the server's own answer (`tests/tests/parity/auth_query.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +32,7 @@ use sluice_protocol::{
 };
 use tokio::io::AsyncWriteExt;
 
+use crate::admin::ADMIN_DB;
 use crate::app::App;
 use crate::error::{sqlstate, ClientNotice, ServerError};
 use crate::pool::Pool;
@@ -44,6 +49,10 @@ const CACHE_CAPACITY: usize = 10_000;
 pub enum AuthQueryError {
     #[error("authentication database \"{0}\" is not configured")]
     NoAuthDatabase(String),
+    /// The admin console's name as auth_dbname (or the console itself without one): it has no
+    /// PostgreSQL behind it to ask.
+    #[error("cannot use the reserved \"{0}\" database as an auth_dbname")]
+    ReservedAuthDatabase(String),
     #[error("authentication database \"{0}\" is disabled")]
     AuthDatabaseDisabled(String),
     #[error(
@@ -63,7 +72,9 @@ pub enum AuthQueryError {
 impl AuthQueryError {
     pub fn client_notice(&self) -> ClientNotice {
         match self {
-            AuthQueryError::NoAuthDatabase(_) | AuthQueryError::Query(_) => {
+            AuthQueryError::NoAuthDatabase(_)
+            | AuthQueryError::ReservedAuthDatabase(_)
+            | AuthQueryError::Query(_) => {
                 ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "bouncer config error")
             }
             AuthQueryError::AuthDatabaseDisabled(_) => {
@@ -107,6 +118,33 @@ impl AuthScope {
             query,
         })
     }
+
+    /// The admin console's scope: the global auth_user, auth_dbname and auth_query (the console
+    /// has no [databases] entry). Without a global auth_dbname the auth database is the console
+    /// itself, which `lookup` refuses, as PgBouncer does.
+    pub fn console(cfg: &Config) -> Option<AuthScope> {
+        let s = &cfg.settings;
+        let auth_user = s.auth_user.clone().filter(|u| !u.is_empty())?;
+        let auth_db = s
+            .auth_dbname
+            .clone()
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| ADMIN_DB.to_string());
+        Some(AuthScope {
+            auth_user,
+            auth_db,
+            query: s.auth_query.clone(),
+        })
+    }
+}
+
+/// What auth_query said of a user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// A row: the user exists. None = its secret is NULL or empty (no password can match it).
+    Found(Option<StoredSecret>),
+    /// No row.
+    NoSuchUser,
 }
 
 #[derive(Default)]
@@ -144,19 +182,22 @@ impl AuthQueryCache {
     }
 }
 
-/// The secret of `user` per auth_query, from the cache or the server. Ok(None) = no such user.
+/// What auth_query says of `user`, from the cache or the server.
 pub async fn lookup(
     app: &Arc<App>,
     scope: &AuthScope,
     user: &str,
-) -> Result<Option<StoredSecret>, AuthQueryError> {
+) -> Result<Lookup, AuthQueryError> {
+    if scope.auth_db == ADMIN_DB {
+        return Err(AuthQueryError::ReservedAuthDatabase(scope.auth_db.clone()));
+    }
     // A disabled auth database serves no lookups, not even from the cache (as PgBouncer, which
     // runs auth_query at every login of such a user).
     if app.control.db_disabled(&scope.auth_db) {
         return Err(AuthQueryError::AuthDatabaseDisabled(scope.auth_db.clone()));
     }
     if let Some(s) = app.auth_query_cache.get(scope, user) {
-        return Ok(Some(s));
+        return Ok(Lookup::Found(Some(s)));
     }
     let pool = auth_pool(app, scope)?;
     let cfg = app.config();
@@ -204,13 +245,16 @@ pub async fn lookup(
             return Err(AuthQueryError::Query("timed out".to_string()));
         }
     };
-    let secret = found
+    let Some(row) = found else {
+        return Ok(Lookup::NoSuchUser);
+    };
+    let secret = row
         .filter(|s| !s.is_empty())
         .map(|s| StoredSecret::parse(&s));
     if let Some(s) = &secret {
         app.auth_query_cache.put(scope, user, s.clone());
     }
-    Ok(secret)
+    Ok(Lookup::Found(secret))
 }
 
 /// The pool auth queries run on: (auth database, auth_user), auth_user's secret from auth_file.
@@ -236,13 +280,14 @@ fn auth_pool(app: &Arc<App>, scope: &AuthScope) -> Result<Arc<Pool>, AuthQueryEr
         }))
 }
 
-/// One extended-protocol round of `query` with `$1` = `user`. Ok(None) = no row or NULL secret.
+/// One extended-protocol round of `query` with `$1` = `user`. Ok(None) = no row; Ok(Some(None))
+/// = a row whose secret is NULL.
 async fn run(
     conn: &mut ServerConn,
     query: &str,
     user: &str,
     max_len: usize,
-) -> Result<Option<String>, ServerError> {
+) -> Result<Option<Option<String>>, ServerError> {
     let mut out = BytesMut::with_capacity(query.len() + user.len() + 64);
     encode_parse("", query, &[], &mut out);
     encode_bind_text("", "", &[Some(user.as_bytes())], &mut out);
@@ -284,7 +329,7 @@ async fn run(
         None
     })
     .await?;
-    Ok(row.flatten())
+    Ok(row)
 }
 
 #[cfg(test)]
