@@ -11,21 +11,18 @@
 //! password matches it (PgBouncer's "impossible md5"), but auth_type=trust (or an hba trust line)
 //! lets the user in, as PgBouncer does. No row at all is `Lookup::NoSuchUser`.
 //!
-//! Cache: a found secret is kept per (auth database, auth_user, auth_query, user) until RELOAD,
-//! so a changed password in PostgreSQL is seen after the next RELOAD (or restart). Users without
-//! a secret (no row, NULL or empty secret) are not cached: they are asked for again at each login.
-//! Errors fail the login as PgBouncer 1.25 fails it: a server for the
+//! The query runs at every login of such a user, as in PgBouncer: a password changed, expired
+//! (the default query's `rolvaliduntil`) or a role dropped in PostgreSQL holds from the next login
+//! on. Errors fail the login as PgBouncer 1.25 fails it: a server for the
 //! query is waited for up to query_wait_timeout, the query itself up to server_connect_timeout; a
 //! query error, a missing auth_dbname or the console's name as auth_dbname is `bouncer config
 //! error` to the client (the cause in the log), a disabled auth database is named, a refused login
 //! of auth_user is the server's own answer (`tests/tests/parity/auth_query.rs`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use parking_lot::Mutex;
 use sluice_config::{Config, DatabaseEntry};
 use sluice_protocol::{
     decode_data_row, encode_bind_text, encode_execute, encode_parse, encode_sync, StoredSecret,
@@ -38,9 +35,6 @@ use crate::error::{sqlstate, ClientNotice, ServerError};
 use crate::pool::Pool;
 use crate::server::{query, ServerConn};
 use crate::targets;
-
-/// Most cached secrets.
-const CACHE_CAPACITY: usize = 10_000;
 
 /// Why an auth_query lookup failed. The text is for the log; `client_notice` is what the client
 /// is told, in PgBouncer 1.25's words (a broken auth_query or auth_dbname is "bouncer config
@@ -86,7 +80,7 @@ impl AuthQueryError {
 }
 
 /// Which auth_user/auth_query/auth database apply to a client's database.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthScope {
     pub auth_user: String,
     pub auth_db: String,
@@ -147,42 +141,7 @@ pub enum Lookup {
     NoSuchUser,
 }
 
-#[derive(Default)]
-pub struct AuthQueryCache {
-    entries: Mutex<HashMap<(AuthScope, String), StoredSecret>>,
-}
-
-impl AuthQueryCache {
-    fn get(&self, scope: &AuthScope, user: &str) -> Option<StoredSecret> {
-        self.entries
-            .lock()
-            .get(&(scope.clone(), user.to_string()))
-            .cloned()
-    }
-
-    fn put(&self, scope: &AuthScope, user: &str, secret: StoredSecret) {
-        let mut entries = self.entries.lock();
-        if entries.len() >= CACHE_CAPACITY {
-            entries.clear();
-        }
-        entries.insert((scope.clone(), user.to_string()), secret);
-    }
-
-    /// RELOAD: every secret is fetched again at its next login.
-    pub fn clear(&self) {
-        self.entries.lock().clear();
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// What auth_query says of `user`, from the cache or the server.
+/// What auth_query says of `user`, asked of the server.
 pub async fn lookup(
     app: &Arc<App>,
     scope: &AuthScope,
@@ -191,13 +150,9 @@ pub async fn lookup(
     if scope.auth_db == ADMIN_DB {
         return Err(AuthQueryError::ReservedAuthDatabase(scope.auth_db.clone()));
     }
-    // A disabled auth database serves no lookups, not even from the cache (as PgBouncer, which
-    // runs auth_query at every login of such a user).
+    // A disabled auth database serves no lookups.
     if app.control.db_disabled(&scope.auth_db) {
         return Err(AuthQueryError::AuthDatabaseDisabled(scope.auth_db.clone()));
-    }
-    if let Some(s) = app.auth_query_cache.get(scope, user) {
-        return Ok(Lookup::Found(Some(s)));
     }
     let pool = auth_pool(app, scope)?;
     let cfg = app.config();
@@ -248,13 +203,10 @@ pub async fn lookup(
     let Some(row) = found else {
         return Ok(Lookup::NoSuchUser);
     };
-    let secret = row
-        .filter(|s| !s.is_empty())
-        .map(|s| StoredSecret::parse(&s));
-    if let Some(s) = &secret {
-        app.auth_query_cache.put(scope, user, s.clone());
-    }
-    Ok(Lookup::Found(secret))
+    Ok(Lookup::Found(
+        row.filter(|s| !s.is_empty())
+            .map(|s| StoredSecret::parse(&s)),
+    ))
 }
 
 /// The pool auth queries run on: (auth database, auth_user), auth_user's secret from auth_file.
@@ -358,24 +310,5 @@ mod tests {
         );
         let none = cfg("[databases]\nb = host=h\n");
         assert!(AuthScope::of(&none, none.database("b").unwrap(), "b").is_none());
-    }
-
-    #[test]
-    fn cache_is_per_scope_and_cleared() {
-        let c = AuthQueryCache::default();
-        let scope = |db: &str| AuthScope {
-            auth_user: "au".into(),
-            auth_db: db.into(),
-            query: "q".into(),
-        };
-        c.put(&scope("x"), "u", StoredSecret::Plain("p".into()));
-        assert_eq!(
-            c.get(&scope("x"), "u"),
-            Some(StoredSecret::Plain("p".into()))
-        );
-        assert_eq!(c.get(&scope("y"), "u"), None);
-        assert_eq!(c.get(&scope("x"), "v"), None);
-        c.clear();
-        assert!(c.is_empty());
     }
 }
