@@ -57,7 +57,7 @@ impl Drop for WorkerSeat<'_> {
 struct Carried {
     /// Held for their `Drop`: the client counts and its SHOW CLIENTS entry end with the client.
     _guard: ClientGuard,
-    _registration: registry::Registration,
+    registration: registry::Registration,
     client: ClientConn,
 }
 
@@ -90,7 +90,7 @@ pub fn serve(
         let outcome = run(&app, &mut client, count, &registration.entry).await;
         let carried = Carried {
             _guard: guard,
-            _registration: registration,
+            registration,
             client,
         };
         // Boxed: the closing steps (a FATAL bounded in time, the shutdown) would otherwise size every
@@ -110,7 +110,7 @@ pub fn serve_adopted(
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let carried = Carried {
         _guard: guard,
-        _registration: registration,
+        registration,
         client,
     };
     async move {
@@ -126,7 +126,10 @@ pub fn serve_adopted(
 /// After a session run: close the client, or carry its session over to another worker's task.
 async fn conclude(app: Arc<App>, mut carried: Carried, outcome: session::Outcome) {
     match outcome {
-        session::Outcome::End(reason) => end(&app, &mut carried.client, reason).await,
+        session::Outcome::End(reason) => {
+            let age = carried.registration.entry.connected_at().elapsed();
+            end(&app, &mut carried.client, reason, age).await
+        }
         // The successor serves it now: not a byte more from here, and no shutdown (the socket
         // is shared with the other process); dropping only closes this process's descriptor.
         session::Outcome::HandedOver => {
@@ -170,9 +173,27 @@ fn resume(
     })
 }
 
-/// The end of a client: the FATAL it is owed, the disconnect log line, the socket shut down.
-async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
+/// The end of a client: the disconnect log line, the FATAL it is owed, the socket shut down. The
+/// lines are written before the FATAL goes out, as PgBouncer writes them (`closing because: ...
+/// (age=Ns)`, then `pooler error: ...`): whoever reads the log once the client has its answer
+/// finds them there.
+async fn end(app: &App, client: &mut ClientConn, reason: EndReason, age: std::time::Duration) {
     let cfg = app.config();
+    if cfg.settings.log_disconnections && !matches!(reason, EndReason::NoSession) {
+        let why = match &reason {
+            EndReason::ClientClosed | EndReason::NoSession => "client close request",
+            EndReason::LoginTimeout => "client_login_timeout",
+            EndReason::Error(n) => n.message.as_str(),
+            EndReason::Shutdown => "server shutting down",
+        };
+        tracing::info!(
+            "C-{}: {} closing because: {} (age={}s)",
+            client.id,
+            client.label(),
+            why,
+            age.as_secs()
+        );
+    }
     match &reason {
         EndReason::Error(n) => {
             if cfg.settings.log_pooler_errors {
@@ -202,20 +223,6 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
                 .await;
         }
         EndReason::ClientClosed | EndReason::NoSession => {}
-    }
-    if cfg.settings.log_disconnections && !matches!(reason, EndReason::NoSession) {
-        let why = match &reason {
-            EndReason::ClientClosed | EndReason::NoSession => "client close request".to_string(),
-            EndReason::LoginTimeout => "client_login_timeout".to_string(),
-            EndReason::Error(n) => n.message.clone(),
-            EndReason::Shutdown => "server shutting down".to_string(),
-        };
-        tracing::info!(
-            "C-{}: {} closing because: {}",
-            client.id,
-            client.label(),
-            why
-        );
     }
     // A plaintext client that closed (Terminate or EOF) is owed nothing more: closing the socket
     // (on drop) sends the FIN, a shutdown first would be one more system call per login. TLS
