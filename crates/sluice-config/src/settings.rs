@@ -2,7 +2,7 @@
 
 use crate::modes::{AuthType, PoolMode, ServerCheckQuery, TlsMode};
 use crate::settings_macro::declare_settings;
-use crate::value::{FileMode, Seconds};
+use crate::value::{AuthDbname, FileMode, Seconds};
 
 /// PgBouncer's default `auth_query` (with the VALID UNTIL check added in 1.24.1).
 pub const AUTH_QUERY_DEFAULT: &str = "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE rolname=$1 AND rolcanlogin";
@@ -17,7 +17,7 @@ declare_settings! {
     pub struct Settings in PGBOUNCER_SETTINGS {
         admin_users: Vec<String> = "", reloadable, supported, "Comma list of users allowed all admin console commands.";
         application_name_add_host: bool = "0", reloadable, supported, "Append ' - <addr>:<port>' of the client to application_name at login.";
-        auth_dbname: Option<String> = "", reloadable, supported, "Database (from [databases]) in which auth_query runs; unset = the client's database.";
+        auth_dbname: AuthDbname = "", reloadable, supported, "Database (from [databases]) in which auth_query runs; unset = the client's database (the console's name, pgbouncer, is refused).";
         auth_file: Option<String> = "", reloadable(AuthFile), supported, "userlist file with user names and passwords or SCRAM/md5 secrets.";
         auth_hba_file: String = "", reloadable(Hba), supported, "pg_hba.conf-style file used when auth_type = hba (see docs/hba.md); a broken file keeps the previous rules on reload.";
         auth_ident_file: Option<String> = "", reloadable(Hba), supported, "pg_ident.conf-style map file used by hba map= options of peer and cert lines.";

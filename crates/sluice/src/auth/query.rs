@@ -99,7 +99,7 @@ impl AuthScope {
         let auth_db = db
             .auth_dbname
             .clone()
-            .or_else(|| s.auth_dbname.clone())
+            .or_else(|| s.auth_dbname.0.clone())
             .filter(|d| !d.is_empty())
             .unwrap_or_else(|| client_db.to_string());
         let query = db
@@ -121,6 +121,7 @@ impl AuthScope {
         let auth_user = s.auth_user.clone().filter(|u| !u.is_empty())?;
         let auth_db = s
             .auth_dbname
+            .0
             .clone()
             .filter(|d| !d.is_empty())
             .unwrap_or_else(|| ADMIN_DB.to_string());
