@@ -153,10 +153,26 @@ impl Pool {
     }
 
     fn login_failed(self: &Arc<Self>, e: ServerError, connecting: Connecting, started: Instant) {
-        tracing::warn!("{}: server login failed: {}", self.key, e);
+        match &e {
+            // "server login failed: <server's message>" (the error's own words), then the line
+            // PgBouncer writes for the server connection it closes.
+            ServerError::Login(f) => {
+                tracing::warn!("{}: {}", self.key, e);
+                tracing::info!(
+                    "{}: new server connection closing because: {} (age={}s)",
+                    self.key,
+                    f.message,
+                    started.elapsed().as_secs()
+                );
+            }
+            _ => tracing::warn!("{}: server login failed: {}", self.key, e),
+        }
         let rejected = e.is_login_rejection();
         let notice: Option<ClientNotice> = rejected.then(|| e.client_notice());
         let welcomed = self.welcome.lock().is_some();
+        // Servers RECONNECT (or a changed login) marked to close do not count as working ones,
+        // as PgBouncer's dirty pool does not: their waiters would wait for nothing.
+        let closing = self.close_needed_count();
         let none_logged_in = {
             let mut st = self.state.lock();
             connecting.finish(&mut st);
@@ -166,7 +182,7 @@ impl Pool {
                 gated: welcomed || !rejected,
             });
             self.failing.store(true, Ordering::Relaxed);
-            self.servers.current() <= st.connecting
+            self.servers.current().saturating_sub(closing) <= st.connecting
         };
         // While other servers of the pool work (another host of a list), the waiters stay in line
         // for them, as PgBouncer's do; with none, they get the server's refusal.
