@@ -47,21 +47,48 @@ pub struct ConsoleLogin {
     _admitted: Admitted,
 }
 
-/// Authenticate a console user, decide its access and count it under max_db_client_connections
-/// and max_user_client_connections. AuthenticationOk is queued on success.
+/// Authenticate a console user, count it under max_db_client_connections and
+/// max_user_client_connections, and decide its access, in PgBouncer's order (its limits come
+/// before admin_users/stats_users are looked at; Sluice authenticates first, as for pool logins).
+/// AuthenticationOk is queued on success.
 pub async fn login(
     app: &Arc<App>,
     client: &mut ClientConn,
     info: &StartupInfo,
 ) -> Result<ConsoleLogin, EndReason> {
     let own_user = info.user == ADMIN_USER && same_os_user(&client.stream);
-    let access = if own_user {
+    let role = if own_user {
         sluice_protocol::encode_auth_ok(&mut client.wbuf);
-        Access::Admin
+        Some(Access::Admin)
     } else {
-        authenticated_access(app, client, info).await?
+        // Authenticated as any client (the global auth_user's auth_query where the auth file
+        // does not list the user); with auth_type=any the lists alone decide.
+        let req = AuthRequest {
+            user: &info.user,
+            database: &info.database,
+            db: None,
+        };
+        authenticate(app, client, &req).await?;
+        let cfg = app.config();
+        let listed = |l: &[String]| l.iter().any(|u| u == &info.user);
+        if listed(&cfg.settings.admin_users) {
+            Some(Access::Admin)
+        } else if listed(&cfg.settings.stats_users) {
+            Some(Access::Stats)
+        } else {
+            None
+        }
     };
     let admitted = admit(app, &info.user, own_user)?;
+    let Some(access) = role else {
+        tracing::warn!(
+            "C-{}: {} admin console login refused for user {}",
+            client.id,
+            client.label(),
+            info.user
+        );
+        return Err(refuse("not allowed"));
+    };
     Ok(ConsoleLogin {
         access,
         _admitted: admitted,
@@ -86,41 +113,6 @@ fn admit(app: &Arc<App>, user: &str, own_user: bool) -> Result<Admitted, EndReas
     app.client_counts
         .admit(ADMIN_DB, user, db_limit as usize, user_limit as usize)
         .map_err(|r| refuse(r.message()))
-}
-
-/// A console user other than our own OS user's `pgbouncer`: authenticated as any client (the
-/// global auth_user's auth_query where the auth file does not list it), then admin_users or
-/// stats_users decide.
-async fn authenticated_access(
-    app: &Arc<App>,
-    client: &mut ClientConn,
-    info: &StartupInfo,
-) -> Result<Access, EndReason> {
-    let cfg = app.config();
-    let listed = |l: &[String]| l.iter().any(|u| u == &info.user);
-    let role = if listed(&cfg.settings.admin_users) {
-        Some(Access::Admin)
-    } else if listed(&cfg.settings.stats_users) {
-        Some(Access::Stats)
-    } else {
-        None
-    };
-    // With auth_type=any the lists alone decide (the name is not authenticated).
-    let req = AuthRequest {
-        user: &info.user,
-        database: &info.database,
-        db: None,
-    };
-    authenticate(app, client, &req).await?;
-    role.ok_or_else(|| {
-        tracing::warn!(
-            "C-{}: {} admin console login refused for user {}",
-            client.id,
-            client.label(),
-            info.user
-        );
-        refuse("not allowed")
-    })
 }
 
 /// Counts a logged-in console client while it lives.
