@@ -154,10 +154,16 @@ impl Pool {
 
     fn login_failed(self: &Arc<Self>, e: ServerError, connecting: Connecting, started: Instant) {
         match &e {
-            // "server login failed: <server's message>" (the error's own words), then the line
-            // PgBouncer writes for the server connection it closes.
+            // PgBouncer's "server login failed: FATAL <server's message>", then the line it
+            // writes for the server connection it closes.
             ServerError::Login(f) => {
-                tracing::warn!("{}: {}", self.key, e);
+                tracing::warn!(
+                    "{}: server login failed: {}{}{}",
+                    self.key,
+                    f.severity,
+                    if f.severity.is_empty() { "" } else { " " },
+                    f.message
+                );
                 tracing::info!(
                     "{}: new server connection closing because: {} (age={}s)",
                     self.key,
