@@ -1,8 +1,8 @@
 //! auth_user / auth_query / auth_dbname end to end (reference §5.3): md5 and SCRAM secrets fetched
 //! with PgBouncer's default auth_query (pg_authid, so auth_user is a superuser), unknown users
-//! refused like a wrong password, per-database auth_user and auth_dbname, the cache kept until
-//! RELOAD, clear errors when the query or its server fails; and the cache of SCRAM secrets derived
-//! from plaintext passwords, seen through /metrics.
+//! refused like a wrong password, per-database auth_user and auth_dbname, the query run at every
+//! login (a changed password holds at once), clear errors when the query or its server fails; and
+//! the cache of SCRAM secrets derived from plaintext passwords, seen through /metrics.
 
 mod auth_common;
 
@@ -93,6 +93,87 @@ async fn md5_and_scram_secrets_and_unknown_users() {
 }
 
 #[tokio::test]
+async fn trust_admits_users_without_a_secret_and_names_unknown_ones() {
+    // trust_user has no password in PostgreSQL: the default auth_query's row has a NULL secret.
+    let s = start("trust", "auth_user = aq_admin\n", &app_db());
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "trust_user", "", "app").await,
+        "trust_user"
+    );
+    // No row: PgBouncer's answer (under trust a known user needs no secret at all, so the text
+    // tells nothing a login attempt does not).
+    assert_eq!(
+        login_err(&s, Via::Tcp, "aq_nobody", "", "app").await,
+        ("08P01".to_string(), "no such user".to_string())
+    );
+    // A password method: no password matches a NULL secret, and an unknown user is answered as
+    // a wrong password.
+    let s = start("md5", "auth_user = aq_admin\n", &app_db());
+    assert_eq!(
+        login_err(&s, Via::Tcp, "trust_user", "x", "app").await,
+        pw_failed("trust_user")
+    );
+    assert_eq!(
+        login_err(&s, Via::Tcp, "aq_nobody", "x", "app").await,
+        pw_failed("aq_nobody")
+    );
+}
+
+/// Run SHOW VERSION on the console of `s` as `user`: "ok" or the error's (SQLSTATE, message).
+async fn console_as(s: &Sluice, user: &str, password: &str) -> Result<(), (String, String)> {
+    let cs = format!(
+        "host=127.0.0.1 port={} user={user} password={password} dbname=pgbouncer connect_timeout=5",
+        s.port
+    );
+    let fields = |e: tokio_postgres::Error| match e.as_db_error() {
+        Some(d) => (d.code().code().to_string(), d.message().to_string()),
+        None => ("".to_string(), e.to_string()),
+    };
+    let (c, conn) = tokio_postgres::connect(&cs, tokio_postgres::NoTls)
+        .await
+        .map_err(fields)?;
+    tokio::spawn(conn);
+    c.simple_query("SHOW VERSION").await.map_err(fields)?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn console_users_through_the_global_auth_user() {
+    let dbs = format!(
+        "{}authdb = host={{pg_host}} port={{pg_port}} dbname=postgres\n",
+        app_db()
+    );
+    // md5_user is only in PostgreSQL: the global auth_user looks it up in auth_dbname.
+    let s = start(
+        "md5",
+        "auth_user = aq_admin\nauth_dbname = authdb\nstats_users = md5_user\n",
+        &dbs,
+    );
+    assert_eq!(console_as(&s, "md5_user", "md5_pass").await, Ok(()));
+    assert_eq!(
+        console_as(&s, "md5_user", "wrong").await,
+        Err(pw_failed("md5_user"))
+    );
+    // Without a global auth_dbname the console would be its own auth database: PgBouncer's
+    // configuration error, the cause in the log.
+    let s = start(
+        "md5",
+        "auth_user = aq_admin\nstats_users = md5_user\n",
+        &dbs,
+    );
+    assert_eq!(
+        console_as(&s, "md5_user", "md5_pass").await,
+        Err(("08P01".to_string(), "bouncer config error".to_string()))
+    );
+    assert!(
+        s.log()
+            .contains("cannot use the reserved \"pgbouncer\" database as an auth_dbname"),
+        "{}",
+        s.log()
+    );
+}
+
+#[tokio::test]
 async fn per_database_auth_user_and_auth_dbname() {
     let pg = cluster();
     let dbs =
@@ -118,7 +199,7 @@ async fn per_database_auth_user_and_auth_dbname() {
 }
 
 #[tokio::test]
-async fn cached_secret_is_used_until_reload() {
+async fn changed_password_holds_from_the_next_login() {
     let pg = cluster();
     let s = start("scram-sha-256", "auth_user = aq_admin\n", &app_db());
     assert_eq!(
@@ -131,23 +212,14 @@ async fn cached_secret_is_used_until_reload() {
         "postgres",
         "SET password_encryption = 'scram-sha-256'; ALTER ROLE aq_rotate PASSWORD 'rotate_new'",
     );
-    // Cached: the old password still works, the new one not yet.
-    assert_eq!(
-        login_ok(&s, Via::Tcp, "aq_rotate", "rotate_old", "app").await,
-        "aq_rotate"
-    );
-    assert_eq!(
-        login_err(&s, Via::Tcp, "aq_rotate", "rotate_new", "app").await,
-        sasl_failed()
-    );
-    sighup(&s).await;
-    assert_eq!(
-        login_ok(&s, Via::Tcp, "aq_rotate", "rotate_new", "app").await,
-        "aq_rotate"
-    );
+    // auth_query runs at every login, as in PgBouncer: no RELOAD needed.
     assert_eq!(
         login_err(&s, Via::Tcp, "aq_rotate", "rotate_old", "app").await,
         sasl_failed()
+    );
+    assert_eq!(
+        login_ok(&s, Via::Tcp, "aq_rotate", "rotate_new", "app").await,
+        "aq_rotate"
     );
 }
 

@@ -92,9 +92,8 @@ const DELIBERATE: &[Deliberate] = &[
         &[
             "08P01 password authentication failed",
             "08P01 SASL authentication failed",
-            "08P01 \"trust\" authentication failed",
         ],
-        "a user neither the auth file nor auth_query knows: Sluice answers as for a wrong password (md5/plain 'password authentication failed', SCRAM 'SASL authentication failed', trust '\"trust\" authentication failed'); PgBouncer answers '08P01 no such user', telling an unauthenticated client which user names exist",
+        "a user neither the auth file nor auth_query knows under a password method: Sluice answers as for a wrong password (md5/plain 'password authentication failed', SCRAM 'SASL authentication failed'); PgBouncer answers '08P01 no such user', telling an unauthenticated client which user names exist (under trust both say 'no such user': a known user logs in with no secret, so the text tells nothing more)",
     ),
     deliberate(
         "hba: no line for the user",

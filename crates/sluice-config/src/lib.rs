@@ -50,4 +50,4 @@ pub use settings::{
 pub use settings_macro::{find_def, Effect, SettingDef};
 pub use user::UserEntry;
 pub use userlist::{load_userlist, parse_userlist};
-pub use value::{format_g, FileMode, Seconds, SettingValue};
+pub use value::{format_g, AuthDbname, FileMode, Seconds, SettingValue};

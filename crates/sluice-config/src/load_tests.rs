@@ -200,6 +200,10 @@ fn error_messages_name_file_line_and_key() {
         ("[pgbouncer]\n[bogus]\n", "c.ini:2: unknown section '[bogus]'"),
         ("[databases]\nmydb = host=x foo=1\n", "c.ini:2: mydb: unknown parameter 'foo'"),
         ("[databases]\npgbouncer = host=x\n", "c.ini:2: pgbouncer: database name 'pgbouncer' is reserved"),
+        (
+            "[pgbouncer]\nauth_dbname = pgbouncer\n",
+            "c.ini:2: auth_dbname: cannot use the reserved \"pgbouncer\" database as an auth_dbname",
+        ),
         ("[users]\nbob = pool_size=x\n", "c.ini:2: bob: invalid integer for 'pool_size': 'x'"),
         ("[peers]\n0 = host=x\n", "c.ini:2: 0: invalid peer id '0' (expected 1..65535)"),
         ("[pgbouncer]\nlisten_port\n", "c.ini:2: expected '=' after 'listen_port'"),

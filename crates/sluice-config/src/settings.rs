@@ -2,7 +2,7 @@
 
 use crate::modes::{AuthType, PoolMode, ServerCheckQuery, TlsMode};
 use crate::settings_macro::declare_settings;
-use crate::value::{FileMode, Seconds};
+use crate::value::{AuthDbname, FileMode, Seconds};
 
 /// PgBouncer's default `auth_query` (with the VALID UNTIL check added in 1.24.1).
 pub const AUTH_QUERY_DEFAULT: &str = "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE rolname=$1 AND rolcanlogin";
@@ -17,14 +17,14 @@ declare_settings! {
     pub struct Settings in PGBOUNCER_SETTINGS {
         admin_users: Vec<String> = "", reloadable, supported, "Comma list of users allowed all admin console commands.";
         application_name_add_host: bool = "0", reloadable, supported, "Append ' - <addr>:<port>' of the client to application_name at login.";
-        auth_dbname: Option<String> = "", reloadable(AuthQueryCache), supported, "Database (from [databases]) in which auth_query runs; unset = the client's database.";
+        auth_dbname: AuthDbname = "", reloadable, supported, "Database (from [databases]) in which auth_query runs; unset = the client's database (the console's name, pgbouncer, is refused).";
         auth_file: Option<String> = "", reloadable(AuthFile), supported, "userlist file with user names and passwords or SCRAM/md5 secrets.";
         auth_hba_file: String = "", reloadable(Hba), supported, "pg_hba.conf-style file used when auth_type = hba (see docs/hba.md); a broken file keeps the previous rules on reload.";
         auth_ident_file: Option<String> = "", reloadable(Hba), supported, "pg_ident.conf-style map file used by hba map= options of peer and cert lines.";
         auth_ldap_options: Option<String> = "", reloadable, unsupported, "LDAP options for auth_type = ldap.";
-        auth_query: String = AUTH_QUERY_DEFAULT, reloadable(AuthQueryCache), supported, "Query returning (user, password) for users not in auth_file; $1 is the user name. Results are cached per user until RELOAD.";
+        auth_query: String = AUTH_QUERY_DEFAULT, reloadable, supported, "Query returning (user, password) for users not in auth_file; $1 is the user name. Run at every login of such a user.";
         auth_type: AuthType = "md5", reloadable(Hba), supported, "Client authentication: any, trust, plain, md5, scram-sha-256, cert (client certificate CN = user), hba (rules from auth_hba_file) (ldap and pam are refused at load: not implemented).";
-        auth_user: Option<String> = "", reloadable(AuthQueryCache), supported, "User (with its password in auth_file) that connects to run auth_query for users not in auth_file.";
+        auth_user: Option<String> = "", reloadable, supported, "User (with its password in auth_file) that connects to run auth_query for users not in auth_file.";
         autodb_idle_timeout: Seconds = "3600", reloadable, supported, "Seconds after which a database created from the '*' entry, with no clients and no servers, is freed (its pools closed and removed); 0 = never.";
         cancel_wait_timeout: Seconds = "10", reloadable, supported, "Seconds a cancel request may wait to be forwarded before it is dropped; 0 = no limit.";
         client_idle_timeout: Seconds = "0", reloadable, supported, "Seconds an idle client may stay connected; 0 = no limit.";

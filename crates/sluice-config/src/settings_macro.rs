@@ -28,8 +28,6 @@ pub enum Effect {
     None,
     /// The HBA rules are rebuilt (auth_type, auth_hba_file, auth_ident_file).
     Hba,
-    /// Secrets cached from auth_query are forgotten (auth_user, auth_query, auth_dbname).
-    AuthQueryCache,
     /// The auth file is read again (a broken file refuses the change) and the SCRAM secrets derived
     /// from its passwords are forgotten.
     AuthFile,
@@ -47,7 +45,6 @@ impl Effect {
         match self {
             Effect::None => "",
             Effect::Hba => "HBA rules rebuilt",
-            Effect::AuthQueryCache => "auth_query cache cleared",
             Effect::AuthFile => "auth file read again",
             Effect::Tls => "TLS configuration rebuilt",
             Effect::MetricsAccess => "HTTP endpoint access rebuilt",

@@ -80,6 +80,32 @@ impl SettingValue for Option<String> {
     }
 }
 
+/// auth_dbname: a database name, "not set" when empty. The admin console's name is refused where
+/// the key is set (file, RELOAD, SET), as PgBouncer refuses it: the console has no PostgreSQL
+/// behind it to run auth_query on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthDbname(pub Option<String>);
+
+impl AuthDbname {
+    pub fn as_deref(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl SettingValue for AuthDbname {
+    fn parse(s: &str) -> Result<Self, String> {
+        match <Option<String>>::parse(s)? {
+            Some(name) if name == "pgbouncer" => Err(format!(
+                "cannot use the reserved \"{name}\" database as an auth_dbname"
+            )),
+            name => Ok(AuthDbname(name)),
+        }
+    }
+    fn render(&self) -> String {
+        self.0.render()
+    }
+}
+
 /// A comma separated list: items trimmed, empty items dropped. Renders joined with ",".
 impl SettingValue for Vec<String> {
     fn parse(s: &str) -> Result<Self, String> {

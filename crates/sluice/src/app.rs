@@ -14,7 +14,6 @@ use sluice_config::{Config, ConfigError, Effect, ReloadDiff};
 
 use crate::auth::credentials::Credentials;
 use crate::auth::hba_state::HbaState;
-use crate::auth::query::AuthQueryCache;
 use crate::auth::scram_cache::ScramCache;
 use crate::cancel::CancelRegistry;
 use crate::client::limits::ClientCounts;
@@ -39,8 +38,6 @@ pub struct App {
     pub credentials: Credentials,
     /// auth_type = hba rules (auth_hba_file + auth_ident_file).
     pub hba: HbaState,
-    /// Secrets fetched by auth_query, until RELOAD.
-    pub auth_query_cache: AuthQueryCache,
     /// SCRAM secrets derived from plaintext passwords.
     pub scram_cache: ScramCache,
     /// Failed client logins (sluice_client_login_failures_total).
@@ -114,7 +111,6 @@ impl App {
             metrics_access: ArcSwap::from_pointee(metrics_access),
             credentials,
             hba,
-            auth_query_cache: AuthQueryCache::default(),
             scram_cache: ScramCache::default(),
             login_failures: AtomicU64::new(0),
             pools: PoolRegistry::new(connector, stat_shards),
@@ -294,9 +290,6 @@ impl App {
         if effects.hba {
             self.hba.reload(&new.settings);
         }
-        if effects.auth_query_cache {
-            self.auth_query_cache.clear();
-        }
         let verbose = (new.settings.verbose != self.config().settings.verbose)
             .then_some(new.settings.verbose);
         self.config.store(Arc::new(new));
@@ -363,7 +356,6 @@ impl App {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Effects {
     hba: bool,
-    auth_query_cache: bool,
     auth_file: bool,
     tls: bool,
     metrics_access: bool,
@@ -377,7 +369,6 @@ impl Effects {
         match effect {
             Effect::None => {}
             Effect::Hba => e.hba = true,
-            Effect::AuthQueryCache => e.auth_query_cache = true,
             Effect::AuthFile => e.auth_file = true,
             Effect::Tls => e.tls = true,
             Effect::MetricsAccess => e.metrics_access = true,
@@ -392,7 +383,6 @@ impl Effects {
     fn files() -> Self {
         Effects {
             hba: true,
-            auth_query_cache: true,
             auth_file: true,
             tls: true,
             metrics_access: true,

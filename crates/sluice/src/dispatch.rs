@@ -57,7 +57,7 @@ impl Drop for WorkerSeat<'_> {
 struct Carried {
     /// Held for their `Drop`: the client counts and its SHOW CLIENTS entry end with the client.
     _guard: ClientGuard,
-    _registration: registry::Registration,
+    registration: registry::Registration,
     client: ClientConn,
 }
 
@@ -90,7 +90,7 @@ pub fn serve(
         let outcome = run(&app, &mut client, count, &registration.entry).await;
         let carried = Carried {
             _guard: guard,
-            _registration: registration,
+            registration,
             client,
         };
         // Boxed: the closing steps (a FATAL bounded in time, the shutdown) would otherwise size every
@@ -110,7 +110,7 @@ pub fn serve_adopted(
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let carried = Carried {
         _guard: guard,
-        _registration: registration,
+        registration,
         client,
     };
     async move {
@@ -126,7 +126,10 @@ pub fn serve_adopted(
 /// After a session run: close the client, or carry its session over to another worker's task.
 async fn conclude(app: Arc<App>, mut carried: Carried, outcome: session::Outcome) {
     match outcome {
-        session::Outcome::End(reason) => end(&app, &mut carried.client, reason).await,
+        session::Outcome::End(reason) => {
+            let age = carried.registration.entry.connected_at().elapsed();
+            end(&app, &mut carried.client, reason, age).await
+        }
         // The successor serves it now: not a byte more from here, and no shutdown (the socket
         // is shared with the other process); dropping only closes this process's descriptor.
         session::Outcome::HandedOver => {
@@ -171,9 +174,10 @@ fn resume(
 }
 
 /// The end of a client: the disconnect log line, the FATAL it is owed, the socket shut down. The
-/// log lines go first, as PgBouncer's: whoever reads the log after the client saw its error
+/// lines are written before the FATAL goes out, as PgBouncer writes them (`closing because: ...
+/// (age=Ns)`, then `pooler error: ...`): whoever reads the log once the client has its answer
 /// finds them there.
-async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
+async fn end(app: &App, client: &mut ClientConn, reason: EndReason, age: std::time::Duration) {
     let cfg = app.config();
     let fatal = match &reason {
         EndReason::Error(n) => Some(n.clone()),
@@ -193,10 +197,11 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
             None => "client close request",
         };
         tracing::info!(
-            "C-{}: {} closing because: {}",
+            "C-{}: {} closing because: {} (age={}s)",
             client.id,
             client.label(),
-            why
+            why,
+            age.as_secs()
         );
     }
     if let Some(n) = &fatal {
@@ -222,9 +227,8 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason) {
 enum LoggedIn {
     /// Boxed: it lives as long as the client and is much larger than the admin variant.
     Pool(Box<session::Session>),
-    /// The startup info boxed: this enum sits in the login phase's state, which every login
-    /// in flight holds.
-    Admin(Box<startup::StartupInfo>, crate::admin::Access),
+    /// Boxed: this enum sits in the login phase's state, which every login in flight holds.
+    Admin(Box<(startup::StartupInfo, crate::admin::session::ConsoleLogin)>),
     /// A replication client: its whole session runs in the login phase, as a console's does.
     Replication(Box<crate::client::replication::Start>),
 }
@@ -287,8 +291,8 @@ async fn login_phase(
         // The console is reachable even when max_client_conn is used up, as in PgBouncer.
         if info.database == crate::admin::ADMIN_DB {
             // Boxed: the console's login state would size every pool login for it.
-            let access = Box::pin(crate::admin::session::login(app, client, &info)).await?;
-            return Ok(LoggedIn::Admin(Box::new(info), access));
+            let console = Box::pin(crate::admin::session::login(app, client, &info)).await?;
+            return Ok(LoggedIn::Admin(Box::new((info, console))));
         }
         // During a shutdown the Unix socket still accepts, for the console alone (PgBouncer's
         // words).
@@ -321,12 +325,20 @@ async fn login_phase(
     drop(in_login);
     match logged_in {
         Ok(LoggedIn::Pool(s)) => Ok(s),
-        Ok(LoggedIn::Admin(info, access)) => Err(session::Outcome::End(
-            Box::pin(crate::admin::session::run(
-                app, client, &info, access, entry,
+        Ok(LoggedIn::Admin(console)) => {
+            // The console login (its place in the client counts) lives as long as the session.
+            let (info, login) = &*console;
+            Err(session::Outcome::End(
+                Box::pin(crate::admin::session::run(
+                    app,
+                    client,
+                    info,
+                    login.access,
+                    entry,
+                ))
+                .await,
             ))
-            .await,
-        )),
+        }
         Ok(LoggedIn::Replication(start)) => Err(session::Outcome::End(
             Box::pin(crate::client::replication::run(app, client, entry, start)).await,
         )),

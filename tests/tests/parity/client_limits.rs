@@ -44,7 +44,13 @@ impl Clients {
         match tokio_postgres::connect(&cs, tokio_postgres::NoTls).await {
             Ok((c, conn)) => {
                 tokio::spawn(conn);
-                match c.simple_query("SELECT 1").await {
+                // The console answers its own commands only.
+                let probe = if db == "pgbouncer" {
+                    "SHOW VERSION"
+                } else {
+                    "SELECT 1"
+                };
+                match c.simple_query(probe).await {
                     Ok(_) => {
                         self.held.push((format!("{user}@{db}"), c));
                         "ok".into()
@@ -113,23 +119,18 @@ async fn run(
     // What the console reports afterwards (the counts and limits of databases and users).
     let mut ca = super::console(p.pgb.port).await;
     let mut cb = super::console(p.sl.port).await;
+    // (The console's own row counts this console client too, on both sides.)
+    let dbs: &[&str] = &["app", "other", "pgbouncer"];
+    let users: &[&str] = &["md5_user", "trust_user"];
     for (what, key_col, names) in [
-        ("DATABASES", "current_client_connections", ["app", "other"]),
-        ("DATABASES", "max_client_connections", ["app", "other"]),
-        (
-            "USERS",
-            "current_client_connections",
-            ["md5_user", "trust_user"],
-        ),
-        (
-            "USERS",
-            "max_user_client_connections",
-            ["md5_user", "trust_user"],
-        ),
+        ("DATABASES", "current_client_connections", dbs),
+        ("DATABASES", "max_client_connections", dbs),
+        ("USERS", "current_client_connections", users),
+        ("USERS", "max_user_client_connections", users),
     ] {
         let ra = ca.query(&format!("SHOW {what}")).await.unwrap();
         let rb = cb.query(&format!("SHOW {what}")).await.unwrap();
-        for n in names {
+        for &n in names {
             results.push((
                 format!("{config}: SHOW {what} {n} {key_col}"),
                 ra.get(n, key_col).unwrap_or_default(),
@@ -261,6 +262,27 @@ async fn client_connection_limits_match_pgbouncer() {
             "+md5_user@app",
             "+trust_user@app",
             "+plain_user@app",
+        ],
+    )
+    .await;
+    // The console counts as database pgbouncer (the global limit) and its users as any others';
+    // admin_users pass both limits.
+    run(
+        &mut results,
+        "the console",
+        "max_db_client_connections = 2\nmax_user_client_connections = 1\n\
+         stats_users = trust_user, md5_user",
+        DBS,
+        &[
+            "+trust_user@pgbouncer",
+            "+trust_user@pgbouncer",
+            "+md5_user@pgbouncer",
+            "+md5_user@app",
+            "+admin@pgbouncer",
+            "+plain_user@pgbouncer",
+            "-trust_user@pgbouncer",
+            "+md5_user@pgbouncer",
+            "+admin@pgbouncer",
         ],
     )
     .await;

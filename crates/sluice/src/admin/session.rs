@@ -14,6 +14,7 @@ use tokio::io::AsyncReadExt;
 use super::{execute, parse, Access, ConsoleState, ADMIN_DB, ADMIN_USER, PGBOUNCER_COMPAT};
 use crate::app::App;
 use crate::auth::exchange::{authenticate, AuthRequest};
+use crate::client::limits::Admitted;
 use crate::client::registry::{ClientEntry, ClientState};
 use crate::client::startup::StartupInfo;
 use crate::conn::{ClientConn, EndReason};
@@ -21,6 +22,7 @@ use crate::error::{sqlstate, ClientNotice};
 use crate::net::framed::{read_message, ReadError};
 use crate::net::Stream;
 use crate::stats::PoolStats;
+use crate::targets;
 
 /// Largest console query accepted.
 const MAX_QUERY: usize = 64 * 1024;
@@ -39,41 +41,78 @@ fn same_os_user(stream: &Stream) -> bool {
     }
 }
 
-/// Authenticate a console user and decide its access. AuthenticationOk is queued on success.
+/// A console client that logged in: its access, and its place in the client counts.
+pub struct ConsoleLogin {
+    pub access: Access,
+    _admitted: Admitted,
+}
+
+/// Authenticate a console user, count it under max_db_client_connections and
+/// max_user_client_connections, and decide its access, in PgBouncer's order (its limits come
+/// before admin_users/stats_users are looked at; Sluice authenticates first, as for pool logins).
+/// AuthenticationOk is queued on success.
 pub async fn login(
     app: &Arc<App>,
     client: &mut ClientConn,
     info: &StartupInfo,
-) -> Result<Access, EndReason> {
-    if info.user == ADMIN_USER && same_os_user(&client.stream) {
+) -> Result<ConsoleLogin, EndReason> {
+    let own_user = info.user == ADMIN_USER && same_os_user(&client.stream);
+    let role = if own_user {
         sluice_protocol::encode_auth_ok(&mut client.wbuf);
-        return Ok(Access::Admin);
-    }
-    let cfg = app.config();
-    let listed = |l: &[String]| l.iter().any(|u| u == &info.user);
-    let role = if listed(&cfg.settings.admin_users) {
         Some(Access::Admin)
-    } else if listed(&cfg.settings.stats_users) {
-        Some(Access::Stats)
     } else {
-        None
+        // Authenticated as any client (the global auth_user's auth_query where the auth file
+        // does not list the user); with auth_type=any the lists alone decide.
+        let req = AuthRequest {
+            user: &info.user,
+            database: &info.database,
+            db: None,
+        };
+        authenticate(app, client, &req).await?;
+        let cfg = app.config();
+        let listed = |l: &[String]| l.iter().any(|u| u == &info.user);
+        if listed(&cfg.settings.admin_users) {
+            Some(Access::Admin)
+        } else if listed(&cfg.settings.stats_users) {
+            Some(Access::Stats)
+        } else {
+            None
+        }
     };
-    // With auth_type=any the lists alone decide (the name is not authenticated).
-    let req = AuthRequest {
-        user: &info.user,
-        database: &info.database,
-        db: None,
-    };
-    authenticate(app, client, &req).await?;
-    role.ok_or_else(|| {
+    let admitted = admit(app, &info.user, own_user)?;
+    let Some(access) = role else {
         tracing::warn!(
             "C-{}: {} admin console login refused for user {}",
             client.id,
             client.label(),
             info.user
         );
-        refuse("not allowed")
+        return Err(refuse("not allowed"));
+    };
+    Ok(ConsoleLogin {
+        access,
+        _admitted: admitted,
     })
+}
+
+/// The console's clients count as the `pgbouncer` database's (the global max_db_client_connections,
+/// the console having no [databases] entry) and their user's, as PgBouncer counts them. Users in
+/// admin_users pass either limit; `pgbouncer` from our own OS user is held to the database's only
+/// (PgBouncer checks no user limit on that path).
+fn admit(app: &Arc<App>, user: &str, own_user: bool) -> Result<Admitted, EndReason> {
+    let cfg = app.config();
+    let exempt = cfg.settings.admin_users.iter().any(|u| u == user);
+    let (db_limit, user_limit) = match (exempt, own_user) {
+        (true, _) => (0, 0),
+        (false, true) => (cfg.settings.max_db_client_connections, 0),
+        (false, false) => (
+            cfg.settings.max_db_client_connections,
+            targets::user_client_limit(&cfg, user),
+        ),
+    };
+    app.client_counts
+        .admit(ADMIN_DB, user, db_limit as usize, user_limit as usize)
+        .map_err(|r| refuse(r.message()))
 }
 
 /// Counts a logged-in console client while it lives.

@@ -183,8 +183,9 @@ pub fn database_rows(app: &App) -> Vec<DatabaseRow> {
         load_balance_hosts: None,
         max_connections: 0,
         current_connections: 0,
-        max_client_connections: 0,
-        current_client_connections: app.admin_clients.load(Ordering::Relaxed),
+        // Console clients count as this database's, under the global limit.
+        max_client_connections: s.max_db_client_connections,
+        current_client_connections: app.client_counts.database(ADMIN_DB),
         paused: false,
         disabled: false,
     }];
@@ -298,10 +299,8 @@ pub fn users(app: &Arc<App>) -> ResultSet {
             .filter(|p| p.key.user == name)
             .map(|p| p.counts().total)
             .sum();
-        let mut clients = app.client_counts.user(&name);
-        if name == ADMIN_USER {
-            clients += app.admin_clients.load(Ordering::Relaxed);
-        }
+        // Console clients included: they are counted under the user they logged in as.
+        let clients = app.client_counts.user(&name);
         let opt = |v: Option<u32>| text(v.map(|n| format!("{n:9}")).unwrap_or_default());
         rs.push(vec![
             text(name.clone()),

@@ -17,7 +17,8 @@ use sluice_protocol::{
 };
 
 use super::hba_check::{hba_method, Method};
-use super::query::{self, AuthScope};
+use super::query::{self, AuthScope, Lookup};
+use crate::admin::ADMIN_DB;
 use crate::app::App;
 use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
@@ -31,7 +32,8 @@ pub struct AuthRequest<'a> {
     pub user: &'a str,
     /// The database name the client asked for (hba rules match it).
     pub database: &'a str,
-    /// Its [databases] entry; None for the admin console or an unknown database (no auth_query).
+    /// Its [databases] entry; None for the admin console (the global auth_user applies) or an
+    /// unknown database (no auth_query).
     pub db: Option<&'a DatabaseEntry>,
 }
 
@@ -166,15 +168,29 @@ async fn run(
             ..Authenticated::default()
         });
     }
-    let (secret, from_auth_query) = find_secret(app, req).await?;
+    let (secret, from_auth_query) = match find_secret(app, req).await? {
+        Found::User {
+            secret,
+            from_auth_query,
+        } => (Some(secret), from_auth_query),
+        Found::Unknown { asked_auth_query } => (None, asked_auth_query),
+    };
     let known = |secret: Option<StoredSecret>| Authenticated {
         secret,
         scram_keys: None,
         from_auth_query,
     };
+    // `secret`: None = no such user; Some(None) = a user without a usable secret (auth_query's
+    // NULL or empty one), whom only trust (and peer/cert) let in.
     let mut done = match method {
         Exchange::Trust => match secret {
-            Some(s) => Ok(known(Some(s))),
+            Some(s) => Ok(known(s)),
+            // PgBouncer's words when auth_query has no row for the user. Harmless under trust: a
+            // user that exists logs in with no secret at all, so the text tells nothing more.
+            None if from_auth_query => Err(EndReason::Error(ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                "no such user",
+            ))),
             // PgBouncer's words for a trust login of a user the auth file does not list.
             None => Err(EndReason::Error(ClientNotice::new(
                 sqlstate::PROTOCOL_VIOLATION,
@@ -182,21 +198,21 @@ async fn run(
             ))),
         },
         Exchange::Identified(how) => match secret {
-            Some(s) => Ok(known(Some(s))),
+            Some(s) => Ok(known(s)),
             // PgBouncer refuses peer/cert logins of users it does not know.
             None => Err(EndReason::Error(ClientNotice::new(
                 sqlstate::INVALID_AUTHORIZATION,
                 format!("{how} authentication failed for user \"{user}\""),
             ))),
         },
-        Exchange::Plain => plain(app, client, user, secret.as_ref()).await,
-        Exchange::Md5 => match secret {
+        Exchange::Plain => plain(app, client, user, secret.flatten().as_ref()).await,
+        Exchange::Md5 => match secret.flatten() {
             Some(StoredSecret::Scram(s)) => Box::pin(scram(app, client, user, Some(s), true)).await,
             other => md5(client, user, other.as_ref())
                 .await
                 .map(|()| known(other)),
         },
-        Exchange::Scram => match secret {
+        Exchange::Scram => match secret.flatten() {
             Some(StoredSecret::Scram(s)) => Box::pin(scram(app, client, user, Some(s), true)).await,
             Some(StoredSecret::Plain(p)) => {
                 let iterations = app.config().settings.scram_iterations;
@@ -216,25 +232,51 @@ async fn run(
     Ok(done)
 }
 
-/// The user's secret: auth_file first, then auth_query when an auth_user applies. A failing
-/// auth_query fails the login with its reason (the same for every user name).
-async fn find_secret(
-    app: &Arc<App>,
-    req: &AuthRequest<'_>,
-) -> Result<(Option<StoredSecret>, bool), Failure> {
+/// What the auth file and auth_query know of a user.
+enum Found {
+    /// The user exists; `secret` None = auth_query's row has no usable secret.
+    User {
+        secret: Option<StoredSecret>,
+        from_auth_query: bool,
+    },
+    /// Neither knows the user (`asked_auth_query`: auth_query ran and had no row).
+    Unknown { asked_auth_query: bool },
+}
+
+/// The user's secret: auth_file first, then auth_query when an auth_user applies (the console's
+/// is the global one). A failing auth_query fails the login with its reason (the same for every
+/// user name).
+async fn find_secret(app: &Arc<App>, req: &AuthRequest<'_>) -> Result<Found, Failure> {
     if let Some(s) = app.credentials.lookup(req.user) {
-        return Ok((Some(s), false));
+        return Ok(Found::User {
+            secret: Some(s),
+            from_auth_query: false,
+        });
     }
-    let Some(db) = req.db else {
-        return Ok((None, false));
+    let scope = {
+        let cfg = app.config();
+        match req.db {
+            Some(db) => AuthScope::of(&cfg, db, req.database),
+            // The console has no [databases] entry (an unknown database has none either).
+            None if req.database == ADMIN_DB => AuthScope::console(&cfg),
+            None => None,
+        }
     };
-    let Some(scope) = AuthScope::of(&app.config(), db, req.database) else {
-        return Ok((None, false));
+    let Some(scope) = scope else {
+        return Ok(Found::Unknown {
+            asked_auth_query: false,
+        });
     };
     // Boxed, as the SCRAM exchange: a login holds the largest of its steps' states while it
     // waits for its client, and these rarer steps would size every md5 login for them.
     match Box::pin(query::lookup(app, &scope, req.user)).await {
-        Ok(s) => Ok((s, true)),
+        Ok(Lookup::Found(secret)) => Ok(Found::User {
+            secret,
+            from_auth_query: true,
+        }),
+        Ok(Lookup::NoSuchUser) => Ok(Found::Unknown {
+            asked_auth_query: true,
+        }),
         Err(e) => Err(Failure {
             end: EndReason::Error(e.client_notice()),
             detail: Some(e.to_string()),

@@ -7,35 +7,34 @@
 //! (name, secret). The secret (plaintext, md5 or SCRAM verifier) verifies the client and logs in
 //! to the server as that user (a SCRAM verifier through pass-through keys).
 //!
-//! Cache: a found secret is kept per (auth database, auth_user, auth_query, user) until RELOAD,
-//! so a changed password in PostgreSQL is seen after the next RELOAD (or restart). Users that are
-//! not found (no row, NULL or empty secret) are not cached: they are asked for again at each login
-//! and get the mock exchange. Errors fail the login as PgBouncer 1.25 fails it: a server for the
+//! A row whose secret is NULL or empty names a user that exists but has no usable password: no
+//! password matches it (PgBouncer's "impossible md5"), but auth_type=trust (or an hba trust line)
+//! lets the user in, as PgBouncer does. No row at all is `Lookup::NoSuchUser`.
+//!
+//! The query runs at every login of such a user, as in PgBouncer: a password changed, expired
+//! (the default query's `rolvaliduntil`) or a role dropped in PostgreSQL holds from the next login
+//! on. Errors fail the login as PgBouncer 1.25 fails it: a server for the
 //! query is waited for up to query_wait_timeout, the query itself up to server_connect_timeout; a
-//! query error or a missing auth_dbname is `bouncer config error` to the
-//! client (the cause in the log), a disabled auth database is named, a refused login of auth_user
-//! is the server's own answer (`tests/tests/parity/auth_query.rs`).
+//! query error, a missing auth_dbname or the console's name as auth_dbname is `bouncer config
+//! error` to the client (the cause in the log), a disabled auth database is named, a refused login
+//! of auth_user is the server's own answer (`tests/tests/parity/auth_query.rs`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use parking_lot::Mutex;
 use sluice_config::{Config, DatabaseEntry};
 use sluice_protocol::{
     decode_data_row, encode_bind_text, encode_execute, encode_parse, encode_sync, StoredSecret,
 };
 use tokio::io::AsyncWriteExt;
 
+use crate::admin::ADMIN_DB;
 use crate::app::App;
 use crate::error::{sqlstate, ClientNotice, ServerError};
 use crate::pool::Pool;
 use crate::server::{query, ServerConn};
 use crate::targets;
-
-/// Most cached secrets.
-const CACHE_CAPACITY: usize = 10_000;
 
 /// Why an auth_query lookup failed. The text is for the log; `client_notice` is what the client
 /// is told, in PgBouncer 1.25's words (a broken auth_query or auth_dbname is "bouncer config
@@ -44,6 +43,10 @@ const CACHE_CAPACITY: usize = 10_000;
 pub enum AuthQueryError {
     #[error("authentication database \"{0}\" is not configured")]
     NoAuthDatabase(String),
+    /// The admin console's name as auth_dbname (or the console itself without one): it has no
+    /// PostgreSQL behind it to ask.
+    #[error("cannot use the reserved \"{0}\" database as an auth_dbname")]
+    ReservedAuthDatabase(String),
     #[error("authentication database \"{0}\" is disabled")]
     AuthDatabaseDisabled(String),
     #[error(
@@ -63,7 +66,9 @@ pub enum AuthQueryError {
 impl AuthQueryError {
     pub fn client_notice(&self) -> ClientNotice {
         match self {
-            AuthQueryError::NoAuthDatabase(_) | AuthQueryError::Query(_) => {
+            AuthQueryError::NoAuthDatabase(_)
+            | AuthQueryError::ReservedAuthDatabase(_)
+            | AuthQueryError::Query(_) => {
                 ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, "bouncer config error")
             }
             AuthQueryError::AuthDatabaseDisabled(_) => {
@@ -75,7 +80,7 @@ impl AuthQueryError {
 }
 
 /// Which auth_user/auth_query/auth database apply to a client's database.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthScope {
     pub auth_user: String,
     pub auth_db: String,
@@ -94,7 +99,7 @@ impl AuthScope {
         let auth_db = db
             .auth_dbname
             .clone()
-            .or_else(|| s.auth_dbname.clone())
+            .or_else(|| s.auth_dbname.0.clone())
             .filter(|d| !d.is_empty())
             .unwrap_or_else(|| client_db.to_string());
         let query = db
@@ -107,56 +112,48 @@ impl AuthScope {
             query,
         })
     }
-}
 
-#[derive(Default)]
-pub struct AuthQueryCache {
-    entries: Mutex<HashMap<(AuthScope, String), StoredSecret>>,
-}
-
-impl AuthQueryCache {
-    fn get(&self, scope: &AuthScope, user: &str) -> Option<StoredSecret> {
-        self.entries
-            .lock()
-            .get(&(scope.clone(), user.to_string()))
-            .cloned()
-    }
-
-    fn put(&self, scope: &AuthScope, user: &str, secret: StoredSecret) {
-        let mut entries = self.entries.lock();
-        if entries.len() >= CACHE_CAPACITY {
-            entries.clear();
-        }
-        entries.insert((scope.clone(), user.to_string()), secret);
-    }
-
-    /// RELOAD: every secret is fetched again at its next login.
-    pub fn clear(&self) {
-        self.entries.lock().clear();
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// The admin console's scope: the global auth_user, auth_dbname and auth_query (the console
+    /// has no [databases] entry). Without a global auth_dbname the auth database is the console
+    /// itself, which `lookup` refuses, as PgBouncer does.
+    pub fn console(cfg: &Config) -> Option<AuthScope> {
+        let s = &cfg.settings;
+        let auth_user = s.auth_user.clone().filter(|u| !u.is_empty())?;
+        let auth_db = s
+            .auth_dbname
+            .0
+            .clone()
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| ADMIN_DB.to_string());
+        Some(AuthScope {
+            auth_user,
+            auth_db,
+            query: s.auth_query.clone(),
+        })
     }
 }
 
-/// The secret of `user` per auth_query, from the cache or the server. Ok(None) = no such user.
+/// What auth_query said of a user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// A row: the user exists. None = its secret is NULL or empty (no password can match it).
+    Found(Option<StoredSecret>),
+    /// No row.
+    NoSuchUser,
+}
+
+/// What auth_query says of `user`, asked of the server.
 pub async fn lookup(
     app: &Arc<App>,
     scope: &AuthScope,
     user: &str,
-) -> Result<Option<StoredSecret>, AuthQueryError> {
-    // A disabled auth database serves no lookups, not even from the cache (as PgBouncer, which
-    // runs auth_query at every login of such a user).
+) -> Result<Lookup, AuthQueryError> {
+    if scope.auth_db == ADMIN_DB {
+        return Err(AuthQueryError::ReservedAuthDatabase(scope.auth_db.clone()));
+    }
+    // A disabled auth database serves no lookups.
     if app.control.db_disabled(&scope.auth_db) {
         return Err(AuthQueryError::AuthDatabaseDisabled(scope.auth_db.clone()));
-    }
-    if let Some(s) = app.auth_query_cache.get(scope, user) {
-        return Ok(Some(s));
     }
     let pool = auth_pool(app, scope)?;
     let cfg = app.config();
@@ -204,13 +201,13 @@ pub async fn lookup(
             return Err(AuthQueryError::Query("timed out".to_string()));
         }
     };
-    let secret = found
-        .filter(|s| !s.is_empty())
-        .map(|s| StoredSecret::parse(&s));
-    if let Some(s) = &secret {
-        app.auth_query_cache.put(scope, user, s.clone());
-    }
-    Ok(secret)
+    let Some(row) = found else {
+        return Ok(Lookup::NoSuchUser);
+    };
+    Ok(Lookup::Found(
+        row.filter(|s| !s.is_empty())
+            .map(|s| StoredSecret::parse(&s)),
+    ))
 }
 
 /// The pool auth queries run on: (auth database, auth_user), auth_user's secret from auth_file.
@@ -236,13 +233,14 @@ fn auth_pool(app: &Arc<App>, scope: &AuthScope) -> Result<Arc<Pool>, AuthQueryEr
         }))
 }
 
-/// One extended-protocol round of `query` with `$1` = `user`. Ok(None) = no row or NULL secret.
+/// One extended-protocol round of `query` with `$1` = `user`. Ok(None) = no row; Ok(Some(None))
+/// = a row whose secret is NULL.
 async fn run(
     conn: &mut ServerConn,
     query: &str,
     user: &str,
     max_len: usize,
-) -> Result<Option<String>, ServerError> {
+) -> Result<Option<Option<String>>, ServerError> {
     let mut out = BytesMut::with_capacity(query.len() + user.len() + 64);
     encode_parse("", query, &[], &mut out);
     encode_bind_text("", "", &[Some(user.as_bytes())], &mut out);
@@ -284,7 +282,7 @@ async fn run(
         None
     })
     .await?;
-    Ok(row.flatten())
+    Ok(row)
 }
 
 #[cfg(test)]
@@ -313,24 +311,5 @@ mod tests {
         );
         let none = cfg("[databases]\nb = host=h\n");
         assert!(AuthScope::of(&none, none.database("b").unwrap(), "b").is_none());
-    }
-
-    #[test]
-    fn cache_is_per_scope_and_cleared() {
-        let c = AuthQueryCache::default();
-        let scope = |db: &str| AuthScope {
-            auth_user: "au".into(),
-            auth_db: db.into(),
-            query: "q".into(),
-        };
-        c.put(&scope("x"), "u", StoredSecret::Plain("p".into()));
-        assert_eq!(
-            c.get(&scope("x"), "u"),
-            Some(StoredSecret::Plain("p".into()))
-        );
-        assert_eq!(c.get(&scope("y"), "u"), None);
-        assert_eq!(c.get(&scope("x"), "v"), None);
-        c.clear();
-        assert!(c.is_empty());
     }
 }

@@ -459,9 +459,11 @@ impl<'a> RelayCore<'a> {
                 PoolStats::add(&self.stats.xact_time_us, us);
             }
         } else if self.mode == PoolMode::Statement && self.pending_rfq == 0 {
+            // PgBouncer's FATAL 08P01 (drivers read the 08 class as a lost connection, which
+            // this is: the client is closed).
             return Err(RelayEnd::Fatal {
                 notice: ClientNotice::new(
-                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    sqlstate::PROTOCOL_VIOLATION,
                     "transaction blocks not allowed in statement pooling mode",
                 ),
                 server_clean: false,

@@ -363,7 +363,7 @@ fn statement_mode_refuses_a_transaction_block() {
         ]));
     let end = r.read_from_server().unwrap_err();
     assert!(
-        matches!(&end, RelayEnd::Fatal { notice, server_clean: false } if notice.sqlstate == "0A000"),
+        matches!(&end, RelayEnd::Fatal { notice, server_clean: false } if notice.sqlstate == "08P01"),
         "{end:?}"
     );
 }

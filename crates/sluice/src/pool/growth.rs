@@ -155,6 +155,9 @@ impl Pool {
         let rejected = e.is_login_rejection();
         let notice: Option<ClientNotice> = rejected.then(|| e.client_notice());
         let welcomed = self.welcome.lock().is_some();
+        // Servers RECONNECT (or a changed login) marked to close do not count as working ones,
+        // as PgBouncer's dirty pool does not: their waiters would wait for nothing.
+        let closing = self.close_needed_count();
         let none_logged_in = {
             let mut st = self.state.lock();
             connecting.finish(&mut st);
@@ -164,7 +167,7 @@ impl Pool {
                 gated: welcomed || !rejected,
             });
             self.failing.store(true, Ordering::Relaxed);
-            self.servers.current() <= st.connecting
+            self.servers.current().saturating_sub(closing) <= st.connecting
         };
         // While other servers of the pool work (another host of a list), the waiters stay in line
         // for them, as PgBouncer's do; with none, they get the server's refusal.
