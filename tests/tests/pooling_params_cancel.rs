@@ -16,18 +16,31 @@ use pooling_common::{connect, err_text, join, new_role, pid, psql, start, PW};
 // ---------------------------------------------------------------------------------------------
 
 async fn connect_params(s: &Sluice, user: &str, app: &str, tz: &str) -> Client {
+    connect_with(s, user, &format!("-c TimeZone={tz}"), |cfg| {
+        cfg.application_name(app);
+    })
+    .await
+}
+
+/// A client of database `app` with these `options`, and whatever else `more` sets.
+async fn connect_with(
+    s: &Sluice,
+    user: &str,
+    options: &str,
+    more: impl FnOnce(&mut tokio_postgres::Config),
+) -> Client {
     let mut cfg = tokio_postgres::Config::new();
     cfg.host("127.0.0.1")
         .port(s.port)
         .user(user)
         .password(PW)
         .dbname("app")
-        .application_name(app)
-        .options(format!("-c TimeZone={tz}"));
+        .options(options);
+    more(&mut cfg);
     let (client, conn) = cfg
         .connect(NoTls)
         .await
-        .unwrap_or_else(|e| panic!("connect {app}: {}\nlog:\n{}", err_text(&e), s.log()));
+        .unwrap_or_else(|e| panic!("connect {options}: {}\nlog:\n{}", err_text(&e), s.log()));
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -263,25 +276,6 @@ async fn cancel_reaches_a_request_behind_statements_sent_ahead() {
     assert_eq!(settings(&a).await.0, "a");
 }
 
-/// `options` with search_path and default_transaction_read_only, as a client sends them.
-async fn connect_options(s: &Sluice, user: &str, options: &str) -> Client {
-    let mut cfg = tokio_postgres::Config::new();
-    cfg.host("127.0.0.1")
-        .port(s.port)
-        .user(user)
-        .password(PW)
-        .dbname("app")
-        .options(options);
-    let (client, conn) = cfg
-        .connect(NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("connect {options}: {}\nlog:\n{}", err_text(&e), s.log()));
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    client
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_path_and_read_only_are_tracked_by_default_as_pgbouncer_1_26() {
     // No track_extra_parameters in the file: PgBouncer 1.26's default tracks search_path and
@@ -289,13 +283,14 @@ async fn search_path_and_read_only_are_tracked_by_default_as_pgbouncer_1_26() {
     // every server it gets, while another client of the same server keeps the defaults.
     let u = new_role("track126").await;
     let (s, _) = start_one_server(&u);
-    let a = connect_options(
+    let a = connect_with(
         &s,
         &u,
         "-c search_path=a_schema -c default_transaction_read_only=on",
+        |_| {},
     )
     .await;
-    let b = connect_options(&s, &u, "-c application_name=b").await;
+    let b = connect_with(&s, &u, "-c application_name=b", |_| {}).await;
     let default_path = path(&b).await;
     assert_ne!(default_path, "a_schema");
     let mut pids = Vec::new();
