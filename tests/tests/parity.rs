@@ -65,6 +65,14 @@ const fn deliberate(
 
 const PREPARED_WHY: &str = "a Bind/Describe of a statement name the client has not prepared (never, or forgotten by its DEALLOCATE ALL / DISCARD ALL) or a Parse of a name in use: PostgreSQL's ERROR (26000 / 42P05, the client's name), the rest of the batch skipped to Sync, an open transaction failed, the connection kept, as on PostgreSQL (PgBouncer: FATAL 08P01 'prepared statement did not exist', connection closed)";
 
+/// An unknown user under auth_query with a password method (every auth_query configuration of
+/// `parity/auth_query.rs` but trust, where both say 'no such user').
+const GHOST_ANSWERS: &[&str] = &[
+    "08P01 password authentication failed",
+    "08P01 SASL authentication failed",
+];
+const GHOST_WHY: &str = "a user neither the auth file nor auth_query knows under a password method: Sluice answers as for a wrong password (md5/plain 'password authentication failed', SCRAM 'SASL authentication failed'); PgBouncer answers '08P01 no such user', telling an unauthenticated client which user names exist (under trust both say 'no such user': a known user logs in with no secret, so the text tells nothing more)";
+
 /// Cases where Sluice answers differently on purpose.
 const DELIBERATE: &[Deliberate] = &[
     deliberate(
@@ -87,14 +95,13 @@ const DELIBERATE: &[Deliberate] = &[
         &["08P01 password authentication failed"],
         "the same for max_user_client_connections (PgBouncer's answer would tell an unauthenticated client that the user exists and is connected)",
     ),
-    deliberate(
-        "*: ghost@app",
-        &[
-            "08P01 password authentication failed",
-            "08P01 SASL authentication failed",
-        ],
-        "a user neither the auth file nor auth_query knows under a password method: Sluice answers as for a wrong password (md5/plain 'password authentication failed', SCRAM 'SASL authentication failed'); PgBouncer answers '08P01 no such user', telling an unauthenticated client which user names exist (under trust both say 'no such user': a known user logs in with no secret, so the text tells nothing more)",
-    ),
+    deliberate("global auth_user: ghost@app", GHOST_ANSWERS, GHOST_WHY),
+    deliberate("auth_user in [databases]: ghost@app", GHOST_ANSWERS, GHOST_WHY),
+    deliberate("forced user: ghost@app", GHOST_ANSWERS, GHOST_WHY),
+    deliberate("forced user, auth_user in [databases]: ghost@app", GHOST_ANSWERS, GHOST_WHY),
+    deliberate("global auth_dbname: ghost@app", GHOST_ANSWERS, GHOST_WHY),
+    deliberate("auth_dbname in [databases]: ghost@app", GHOST_ANSWERS, GHOST_WHY),
+    deliberate("statement pooling: ghost@app", GHOST_ANSWERS, GHOST_WHY),
     deliberate(
         "hba: no line for the user",
         &["28000 no hba entry for host \"127.0.0.1\", user \"trust_user\", database \"app\""],
