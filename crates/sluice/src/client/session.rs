@@ -248,8 +248,6 @@ async fn serve_request(
     };
     s.entry.set_state(ClientState::Active);
     s.entry.server_id.store(server.id.0, Ordering::Relaxed);
-    // From its next hand-out on, server_check_query applies to it (`rules::check_due`).
-    server.served = true;
     // The relay's first clock reading: when the server was linked (query and transaction times
     // count from there, as PgBouncer's do: the wait is wait_time), after any queries it needed.
     let prepared = match server_prep(app, client.id, s, &mut server) {

@@ -461,11 +461,10 @@ async fn check_delay_zero_checks_a_released_server_not_a_fresh_one() {
     let fresh = pool.checkout().await.unwrap();
     // The pooler's own look (the welcome's): not a client's use.
     pool.give_back_unused(fresh);
-    let mut server = pool
+    let server = pool
         .try_checkout_now(Instant::now(), &settings)
         .ok()
         .expect("a server no client used yet needs no check");
-    server.served = true;
     pool.release(server, true);
     assert!(
         matches!(pool.try_checkout_now(Instant::now(), &settings), Err(None)),

@@ -36,8 +36,7 @@ pub struct ServerConn {
     pub created: Instant,
     /// When it was last released (or logged in).
     pub last_used: Instant,
-    /// A client's work ran on it (set when a client is linked, and when it comes back through
-    /// `Pool::release`); the pooler's own look at a new server does not count. Until then its
+    /// A client's work ran on it (set when it comes back through `Pool::release`); the pooler's own look at a new server does not count. Until then its
     /// login vouches for it: server_check_query waits until it idled `pool::rules::FRESH_TRUST`
     /// (`pool::rules::check_due`); server_lifetime = 0 ("use once") closes it once served.
     pub served: bool,
