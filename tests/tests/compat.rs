@@ -84,6 +84,17 @@ fn driver_matrix() {
         }
     }
     let build_time = t0.elapsed();
+    // scripts/test.sh installs every toolchain: one that is unavailable fails the matrix (its
+    // cells are shown as skipped only under the local opt-out).
+    for d in &drivers {
+        if let Err(BuildError::Unavailable(why)) = &commands[d.name] {
+            sluice_e2e::missing_tool(&format!(
+                "compat: the {} driver cannot be built here: {}",
+                d.name,
+                why.lines().next().unwrap_or("")
+            ));
+        }
+    }
     cluster.join().expect("cluster setup");
 
     // Run every (driver, mode) against its own Sluice, a few at a time.

@@ -243,7 +243,8 @@ async fn real_world_pgbouncer_ini_starts_and_serves() {
 #[test]
 fn root_is_refused_unless_it_switches_user() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: the test runs as root only");
+        // CI and scripts/test.sh run as root.
+        sluice_e2e::missing_tool("root: this test starts sluice as root to see it refuse");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
