@@ -1009,7 +1009,7 @@ def main():
             else:
                 port = p.port if p is not None else cluster.port
                 r = run_scenario(sc, t, port, p, duration, scripts,
-                                 os.path.join(pglog_dir, f"{sc['name']}-{t}-r{rep}"))
+                                 os.path.join(pglog_dir, f"{sc['name']}-{t}-r{rep + 1}"))
             r["repeat"] = rep
             results.append(r)
             if r["status"] != "ok":

@@ -47,4 +47,3 @@ export FLOOR_BIN="${FLOOR_BIN:-}"
 BENCH_COMMAND="bench/run.sh $* ($(env | grep -E '^(BENCH_|SLUICE_BIN|PGBOUNCER_BIN|FLOOR_BIN)' | sort | tr '\n' ' '))"
 bench_results_init bench
 python3 "$root/bench/bench.py" "$@" 2> >(tee "$BENCH_OUT/stderr.txt" >&2) | tee "$BENCH_OUT/stdout.txt"
-wait $! 2>/dev/null || true

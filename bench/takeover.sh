@@ -91,4 +91,4 @@ awk -v at="$at" '/^progress:/ { t = $2 + 0; tps = $4 + 0;
     END { printf "tps before the takeover %.0f, in its second %.0f, after %.0f\n",
         nb ? b / nb : 0, around, na ? a / na : 0 }' "$work/bench.err"
 echo "old process: $old_exit"
-grep -E "takeover" "$work/old.log" "$work/new.log" | sed 's/^/  /'
+{ grep -E "takeover" "$work/old.log" "$work/new.log" || true; } | sed 's/^/  /'
