@@ -19,7 +19,11 @@ Started by bench/run.sh. Environment:
   BENCH_IDLE_BATCH    concurrent logins while opening them (default 500)
   BENCH_POOLER_NOFILE soft RLIMIT_NOFILE for both poolers (default: the bench process's, raised
                       to max(8192, BENCH_IDLE_CLIENTS + 1024) within the hard limit)
-  PGBOUNCER_BIN       default /usr/sbin/pgbouncer
+  PGBOUNCER_BIN       default ../shared/anchors/pgbouncer-1.25.2 beside the repository (run.sh
+                      checks it and says what to set when it is missing)
+  BENCH_OUT           where the raw outputs go (run.sh sets it: bench/results/<date>-bench, with
+                      machine.txt); results.json and pgbench/<scenario>-<target>-r<repeat>.txt, the
+                      pgbench command, its stdout and stderr and exit code, for every run
 
 Per run: tps, latency p50/p95/p99 (from pgbench --log), pooler CPU per transaction (per login
 for the -C scenarios), peak RSS; idle_clients: pooler RSS per idle client. Then a summary over the
@@ -462,6 +466,26 @@ def percentiles_ms(prefix):
     return {"p50_ms": rank(50), "p95_ms": rank(95), "p99_ms": rank(99), "logged_tx": len(lat)}
 
 
+def out_dir():
+    """Where this run's raw outputs go (BENCH_OUT, else bench/results/<date>-bench)."""
+    d = os.environ.get("BENCH_OUT") or os.path.join(
+        ROOT, "bench", "results", datetime.date.today().isoformat() + "-bench")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def keep_raw(name, cmds, runs):
+    """pgbench's own output of one run, as it printed it, beside the JSON (pgbench/<name>.txt)."""
+    d = os.path.join(out_dir(), "pgbench")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name + ".txt"), "w") as f:
+        for c, (out, err, rc) in zip(cmds, runs):
+            f.write("$ " + " ".join(c) + f"\n# exit code {rc}\n{out}")
+            if err:
+                f.write("# stderr\n" + err)
+            f.write("\n")
+
+
 def run_pgbenches(cmds, envs, timeout):
     """Run pgbench commands at once; [(stdout, stderr, exit code)] in order."""
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
@@ -541,6 +565,7 @@ def run_scenario(sc, target_name, port, pooler, duration, scripts, log_prefix):
     t0 = time.time()
     runs = run_pgbenches(cmds, envs, duration * 4 + 120)
     wall = time.time() - t0
+    keep_raw(os.path.basename(log_prefix), cmds, runs)
     rc = next((c for _, _, c in runs if c != 0), 0)
     err = "\n".join(e for _, e, _ in runs)
     out = runs[-1][0]
@@ -860,7 +885,8 @@ def main():
     held_n = max([sc["clients"] for sc in scenarios if sc["kind"] == "idle"], default=idle_n)
     scenario_order = {sc["name"]: i for i, sc in enumerate(scenarios)}
     sluice_bin = os.environ.get("SLUICE_BIN", "")
-    pgbouncer_bin = os.environ.get("PGBOUNCER_BIN", "/usr/sbin/pgbouncer")
+    pgbouncer_bin = os.environ.get("PGBOUNCER_BIN") or os.path.join(
+        os.path.dirname(ROOT), "shared", "anchors", "pgbouncer-1.25.2")
     skipped = {}
 
     # File descriptors: this process holds the idle clients, the poolers hold them too (PgBouncer
@@ -983,7 +1009,7 @@ def main():
             else:
                 port = p.port if p is not None else cluster.port
                 r = run_scenario(sc, t, port, p, duration, scripts,
-                                 os.path.join(pglog_dir, f"{sc['name']}-{t}-{rep}"))
+                                 os.path.join(pglog_dir, f"{sc['name']}-{t}-r{rep + 1}"))
             r["repeat"] = rep
             results.append(r)
             if r["status"] != "ok":
@@ -1028,9 +1054,7 @@ def main():
     print_summary(summary)
     for name, why in skipped.items():
         print(f"\n{name} skipped: {why.splitlines()[0]}")
-    outdir = os.path.join(ROOT, "bench", "results")
-    os.makedirs(outdir, exist_ok=True)
-    path = os.path.join(outdir, datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + ".json")
+    path = os.path.join(out_dir(), "results.json")
     with open(path, "w") as f:
         json.dump({"meta": meta, "runs": full, "summary": summary}, f, indent=2)
     print(f"\nresults: {path}")

@@ -5,15 +5,18 @@
 #   bench/run.sh                                     # 3 interleaved repeats of 10 s, ~30 min
 #   BENCH_DURATION=3 BENCH_REPEATS=1 BENCH_IDLE_CLIENTS=2000 bench/run.sh   # quick check
 # Knobs (BENCH_TARGETS, BENCH_SCENARIOS, BENCH_IDLE_CLIENTS, SLUICE_BIN, ...): bench/README.md.
-# Results: per-run table and summary on stdout, bench/results/<timestamp>.json.
+# Results: per-run table and summary on stdout; the raw outputs (stdout.txt, stderr.txt,
+# results.json, every pgbench output, machine.txt) in bench/results/<YYYY-MM-DD>-bench/ (BENCH_OUT).
+# PgBouncer: PGBOUNCER_BIN, else ../shared/anchors/pgbouncer-1.25.2.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+. "$root/bench/lib/results.sh"
 
 for tool in pgbench psql python3 openssl; do
     command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install postgresql python3 openssl)" >&2; exit 1; }
 done
-[ -x "${PGBOUNCER_BIN:-/usr/sbin/pgbouncer}" ] || echo "==> pgbouncer not installed (apt-get install pgbouncer): skipped" >&2
+if [[ ",${BENCH_TARGETS:-pgbouncer}," == *,pgbouncer,* ]]; then bench_pgbouncer || exit 1; fi
 
 if [ -z "${SLUICE_BIN:-}" ]; then
     if [[ ",${BENCH_TARGETS:-sluice}," == *,sluice* ]] && [ -z "${BENCH_NO_BUILD:-}" ]; then
@@ -41,4 +44,6 @@ if [ -z "${FLOOR_BIN:-}" ] && [[ ",${BENCH_TARGETS:-floor}," == *,floor* ]]; the
     [ -x "$floor_built" ] && FLOOR_BIN="$floor_built"
 fi
 export FLOOR_BIN="${FLOOR_BIN:-}"
-exec python3 "$root/bench/bench.py" "$@"
+BENCH_COMMAND="bench/run.sh $* ($(env | grep -E '^(BENCH_|SLUICE_BIN|PGBOUNCER_BIN|FLOOR_BIN)' | sort | tr '\n' ' '))"
+bench_results_init bench
+python3 "$root/bench/bench.py" "$@" 2> >(tee "$BENCH_OUT/stderr.txt" >&2) | tee "$BENCH_OUT/stdout.txt"

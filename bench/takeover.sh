@@ -6,8 +6,11 @@
 #   bench/takeover.sh                         # target/release/sluice, else target/debug/sluice
 #   SLUICE_BIN=/path/to/sluice TAKEOVER_AT=10 BENCH_SECONDS=20 bench/takeover.sh
 #   TAKEOVER_AT=none bench/takeover.sh        # the same run without a takeover (the baseline)
+# Raw outputs (pgbench's stdout and -P 1 progress, both poolers' logs, the summary, machine.txt)
+# are kept in bench/results/<YYYY-MM-DD>-takeover/ (BENCH_OUT).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib/results.sh"
 bin=${SLUICE_BIN:-}
 if [ -z "$bin" ]; then
     for b in "${CARGO_TARGET_DIR:-$root/target}/release/sluice" "${CARGO_TARGET_DIR:-$root/target}/debug/sluice"; do
@@ -15,6 +18,9 @@ if [ -z "$bin" ]; then
     done
 fi
 [ -x "$bin" ] || { echo "no sluice binary (cargo build --release -p sluice, or SLUICE_BIN)" >&2; exit 1; }
+SLUICE_BIN=$bin
+BENCH_COMMAND="bench/takeover.sh (BENCH_SECONDS=${BENCH_SECONDS:-30} TAKEOVER_AT=${TAKEOVER_AT:-15} SLUICE_BIN=$bin)"
+bench_results_init takeover
 secs=${BENCH_SECONDS:-30}
 at=${TAKEOVER_AT:-15}
 pgbin=$(pg_config --bindir 2>/dev/null || ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
@@ -26,6 +32,7 @@ pgport=$(free_port)
 port=$(free_port)
 cleanup() {
     jobs -p | xargs -r kill 2>/dev/null || true
+    for f in bench.out bench.err old.log new.log; do [ -f "$work/$f" ] && cp "$work/$f" "$BENCH_OUT/"; done
     [ -f "$work/new.pid" ] && kill "$(cat "$work/new.pid")" 2>/dev/null || true
     as_pg "$pgbin/pg_ctl" -D "$work/pg" -m immediate stop >/dev/null 2>&1 || true
     rm -rf "$work"
@@ -73,6 +80,7 @@ rc=0
 wait "$bench" || rc=$?
 old_exit=running
 if ! kill -0 "$old" 2>/dev/null; then old_exit="exited ($(wait "$old"; echo $?))"; fi
+exec > >(tee "$BENCH_OUT/summary.txt")
 echo "== sluice: $bin"
 grep -E "^(number of|tps|latency average)" "$work/bench.out" || true
 echo "pgbench exit status: $rc"
@@ -83,4 +91,4 @@ awk -v at="$at" '/^progress:/ { t = $2 + 0; tps = $4 + 0;
     END { printf "tps before the takeover %.0f, in its second %.0f, after %.0f\n",
         nb ? b / nb : 0, around, na ? a / na : 0 }' "$work/bench.err"
 echo "old process: $old_exit"
-grep -E "takeover" "$work/old.log" "$work/new.log" | sed 's/^/  /'
+{ grep -E "takeover" "$work/old.log" "$work/new.log" || true; } | sed 's/^/  /'

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The many-core kit's devbench.sh (../shared/devbench/) with two additions: SLUICE_BIN/LBL run
 # another Sluice binary under its own label, and each Sluice row prints SHOW WORKERS and SHOW POOLS
-# two thirds into the run and SHOW CROSS_WORKER after it (admin_users = postgres).
+# two thirds into the run and SHOW CROSS_WORKER after it (admin_users = postgres); `dm:W` runs
+# pg_doorman 3.10.7 with W worker threads, as the kit's devbench.sh does.
 # Multi-core scaling bench on a 16-core box: PgBouncer (1 process, 4 so_reuseport processes)
 # vs Sluice at 1/2/4/8/16 workers, pgbench through each, same PostgreSQL. Self-contained bundle.
 set -u
@@ -72,6 +73,8 @@ bench() { # $1 label, $2 script(-S|empty), $3 clients, $4 threads, $5 secs, pids
   local us; us=$(awk -v s=$cpu -v tps=$tps -v t=$T 'BEGIN{ if (tps>0) printf "%.1f",s*1e6/(tps*t); else print "NA"}')
   local mc; mc=$(awk -v a=$m0 -v b=$m1 -v hz=$hz -v t=$T 'BEGIN{printf "%.1f",(b-a)/hz/t}')
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$scr" $c $j "$tps" "$lat" "${failed:-0}" "$cpu" "$cores" "$us" "$mc" | tee -a $RESULTS
+  # pgbench's whole output, raw, beside the table (pgbench/<label>-<script>-c<clients>.txt).
+  mkdir -p "$OUTD/pgbench"; echo "$out" > "$OUTD/pgbench/$label-$scr-c$c.txt"
   echo "$out" | grep -E 'aborted|error|ERROR' | head -3
 }
 waitport() { for i in $(seq 1 50); do run $PGB/psql -h 127.0.0.1 -p 19532 -U postgres -Atc 'select 1' postgres >/dev/null 2>&1 && return 0; sleep 0.2; done; echo "pooler did not come up"; return 1; }
@@ -119,11 +122,35 @@ echo "== direct"
   mc=$(awk -v a=$m0 -v b=$(busy_jiffies) -v hz=$(getconf CLK_TCK) -v t=$T 'BEGIN{printf "%.1f",(b-a)/hz/t}')
   printf 'direct\t%s\t%s\t%s\t%s\t\t\t\t\t\t%s\n' $scr $c $j "$(echo "$out" | awk '/^tps = /{print $3; exit}')" "$mc" | tee -a $RESULTS
 done
+# ---- pg_doorman, W tokio worker threads (>= 1), configured like the PgBouncer processes above
+run_doorman() { # $1 workers
+  local w=$1 D=$W/dm$1
+  [ -x $R/pg_doorman ] || { echo "no pg_doorman in the bundle"; return; }
+  mkdir -p $D
+  # pooler_check_query: pg_doorman answers a simple query that is exactly this text itself (default
+  # ";", which is what the `empty` script sends); set it to a text no benchmark sends.
+  printf '%s\n' '[general]' 'host = "127.0.0.1"' 'port = 19532' 'max_connections = 10000' \
+    "worker_threads = $w" 'log_client_connections = false' 'log_client_disconnections = false' \
+    'pooler_check_query = "/* not used by the benchmark */ SELECT 1"' \
+    'pg_hba = { content = "host all all 127.0.0.1/32 trust" }' 'tls_mode = "disable"' \
+    'server_tls_mode = "disable"' 'admin_username = "admin"' 'admin_password = "admin"' '' \
+    '[pools.postgres]' 'server_host = "127.0.0.1"' 'server_port = 55432' 'server_database = "postgres"' \
+    'pool_mode = "transaction"' '' '[pools.postgres.users.0]' 'username = "postgres"' \
+    'password = "md5e8a48653851e28c69d0506508fb27fc5"' "pool_size = ${DEVB_POOL:-20}" > $D/pg_doorman.toml
+  chown -R 65534 $D
+  "${AS[@]}" "$LDSO" --library-path "$R/libs" $R/pg_doorman $D/pg_doorman.toml -l warn > $W/pg_doorman-$w.log 2>&1 &
+  local p=$!; PIDS+=($p)
+  waitport || { tail -5 $W/pg_doorman-$w.log; kill -TERM $p; return; }
+  for s in $SCEN; do IFS=: read scr c j <<< "$s"
+    bench "pg_doorman-w$w" $scr $c $j $T $p; done
+  # SIGTERM: without a TTY, SIGINT starts pg_doorman's binary upgrade (a new process keeps the port)
+  kill -TERM $p; for i in $(seq 1 50); do kill -0 $p 2>/dev/null || break; sleep 0.1; done; kill -9 $p 2>/dev/null; sleep 0.5
+}
 TARGETS=${DEVB_TARGETS:-"pgb:1 sl:1 sl:2 sl:4 sl:8 sl:0 pgb:4"}
 for spec in $TARGETS; do
   IFS=: read kind n <<< "$spec"
   echo "== $kind $n"
-  if [ $kind = pgb ]; then run_pgbouncer $n; else run_sluice $n; fi
+  case $kind in pgb) run_pgbouncer $n;; sl) run_sluice $n;; dm) run_doorman $n;; *) echo "unknown target $spec";; esac
 done
 cp $W/*.log "$OUTD/" 2>/dev/null
 echo "== done"; cat $RESULTS

@@ -156,6 +156,14 @@ def latency_stats(prefix):
             "p50_ms": rank(50), "p99_ms": rank(99), "max_ms": lat[-1] / 1000}
 
 
+def results_dir():
+    """Where the raw outputs go: BENCH_OUT (run.sh sets it), else bench/results/<date>-netem."""
+    d = os.environ.get("BENCH_OUT") or os.path.join(
+        ROOT, "bench", "results", datetime.date.today().isoformat() + "-netem")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
 def run_one(target, rep, cfg, relay, base):
     prefix = os.path.join(base, "logs", f"{target.name}-{rep}")
     cmd = ["pgbench", "-n", "-h", target.host, "-p", str(target.port), "-U", USER, "-c", str(cfg["clients"]),
@@ -170,6 +178,11 @@ def run_one(target, rep, cfg, relay, base):
     except subprocess.TimeoutExpired as e:
         out, err, rc = e.stdout or "", "pgbench timed out", -1
     r = {"target": target.name, "rep": rep, "exit_code": rc, "wall_s": round(time.time() - t0, 2)}
+    out = out if isinstance(out, str) else out.decode()
+    raw = os.path.join(results_dir(), "pgbench")
+    os.makedirs(raw, exist_ok=True)
+    with open(os.path.join(raw, f"{target.name}-r{rep}.txt"), "w") as f:
+        f.write("$ " + " ".join(cmd) + f"\n# exit code {rc}\n{out}\n# stderr\n{err}\n")
     r.update(parse_pgbench(out if isinstance(out, str) else out.decode(), err))
     r.update(latency_stats(prefix))
     tx = r.get("transactions") or 0
@@ -228,7 +241,8 @@ def main():
         "delay_us": env_int("BENCH_DELAY_US", 1000), "jitter_us": env_int("BENCH_JITTER_US", 100),
         "both": os.environ.get("BENCH_DELAY_BOTH", "0") not in ("", "0"),
         "sluice_bin": os.environ.get("SLUICE_BIN", ""), "relay_bin": os.environ.get("RELAY_BIN", ""),
-        "pgbouncer_bin": os.environ.get("PGBOUNCER_BIN", "/usr/sbin/pgbouncer"),
+        "pgbouncer_bin": os.environ.get("PGBOUNCER_BIN") or os.path.join(
+            os.path.dirname(ROOT), "shared", "anchors", "pgbouncer-1.25.2"),
         "pg_env": dict(os.environ, PGPASSWORD=PASSWORD, PGSSLMODE="disable", PGCONNECT_TIMEOUT="30"),
     }
     method = os.environ.get("BENCH_DELAY", "auto")
@@ -363,9 +377,7 @@ def main():
                         med[k] = None
                 print(row(t.name, f"{len(ok)}/{cfg['repeats']}", dict(med, status="")))
         print(f"\nload at the end: {loadavg()}")
-        out_dir = os.path.join(ROOT, "bench", "results")
-        os.makedirs(out_dir, exist_ok=True)
-        path = os.path.join(out_dir, f"netem-{datetime.datetime.now():%Y%m%d-%H%M%S}.json")
+        path = os.path.join(results_dir(), "results.json")
         with open(path, "w") as f:
             json.dump({"meta": dict({k: v for k, v in cfg.items() if k != "pg_env"}, header=header,
                                     delay=delay_line, versions=versions), "runs": results}, f, indent=1)

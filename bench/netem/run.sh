@@ -7,9 +7,11 @@
 #   sudo BENCH_LAYOUT=split bench/netem/run.sh            # poolers beside pgbench, delay before PostgreSQL
 #   sudo BENCH_DURATION=5 BENCH_REPEATS=1 bench/netem/run.sh   # quick check
 # Knobs and output: bench/README.md ("Latency across a delayed link"). Not run by scripts/test.sh.
+# Raw outputs (stdout, results.json, every pgbench output, machine.txt): bench/results/<date>-netem/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+. "$root/bench/lib/results.sh"
 [ "$(id -u)" = 0 ] || { echo "bench/netem needs root (ip netns, veth, tc): run it with sudo" >&2; exit 1; }
 for tool in ip tc pgbench psql runuser python3; do
     command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install iproute2 postgresql python3)" >&2; exit 1; }
@@ -36,4 +38,7 @@ cleanup() {
     ip link del "${BENCH_NETNS:0:11}r" 2>/dev/null || true
 }
 trap cleanup EXIT
-python3 "$root/bench/netem/netem.py" "$@"
+if [[ ",${BENCH_TARGETS:-pgbouncer}," == *,pgbouncer* ]]; then bench_pgbouncer || exit 1; fi
+BENCH_COMMAND="bench/netem/run.sh $* ($(env | grep -E '^(BENCH_|SLUICE_BIN|PGBOUNCER_BIN|RELAY_BIN)' | grep -v BENCH_NETNS | sort | tr '\n' ' '))"
+bench_results_init netem
+python3 "$root/bench/netem/netem.py" "$@" 2> >(tee "$BENCH_OUT/stderr.txt" >&2) | tee "$BENCH_OUT/stdout.txt"

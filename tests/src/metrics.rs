@@ -19,7 +19,32 @@ pub async fn http_get(port: u16, path: &str) -> (u16, String) {
         .unwrap();
     let (head, body) = out.split_once("\r\n\r\n").expect("http head");
     let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, body.to_string())
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    (
+        code,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_string()
+        },
+    )
+}
+
+/// The body of a chunked HTTP/1.1 answer (Go's net/http sends large ones so).
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16)
+            .unwrap_or_else(|e| panic!("chunk size {size:?}: {e}"));
+        if n == 0 {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].strip_prefix("\r\n").unwrap_or(&after[n..]);
+    }
+    out
 }
 
 /// GET /metrics on 127.0.0.1:`port`: the response body.

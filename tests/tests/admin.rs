@@ -761,3 +761,52 @@ async fn the_console_row_of_show_stats_counts_logins_only() {
         assert_eq!(num(&third, "pgbouncer", col), 0, "{col}");
     }
 }
+
+/// SHOW DNS_HOSTS and SHOW LISTS report the DNS cache: a database named by host name is looked up
+/// once at its first server connect and kept for dns_max_ttl (PgBouncer's columns: hostname, the
+/// seconds until the next lookup, the addresses as `ip:0`); an IP address is not a DNS name.
+#[tokio::test]
+async fn show_dns_hosts_and_lists_report_the_dns_cache() {
+    let pg = PgCluster::get();
+    let ini = Sluice::basic_ini(
+        "auth_type = plain\nadmin_users = admin\npool_mode = transaction\ndns_max_ttl = 30\n",
+        &format!(
+            "app = host=127.0.0.1 port={p} dbname=app user=trust_user\n\
+             byname = host=localhost port={p} dbname=app user=trust_user",
+            p = pg.port
+        ),
+    );
+    let s = Sluice::builder(&ini)
+        .userlist(admin_common::USERLIST)
+        .start();
+    let mut c = admin(&s).await;
+    assert_eq!(show(&mut c, "DNS_HOSTS").await.rows.len(), 0);
+    assert_eq!(num(&show(&mut c, "LISTS").await, "dns_names", "items"), 0);
+    let by_ip = s.connect("app", "apppw", "app").await.unwrap();
+    by_ip.simple_query("SELECT 1").await.unwrap();
+    assert_eq!(
+        show(&mut c, "DNS_HOSTS").await.rows.len(),
+        0,
+        "an IP is not looked up"
+    );
+    // Whether or not the server login over localhost succeeds (PostgreSQL listens on 127.0.0.1
+    // only), the name was looked up.
+    if let Ok(by_name) = s.connect("app", "apppw", "byname").await {
+        let _ = by_name.simple_query("SELECT 1").await;
+    }
+    let hosts = show(&mut c, "DNS_HOSTS").await;
+    assert_eq!(hosts.rows.len(), 1, "{:?}", hosts.rows);
+    let ttl = num(&hosts, "localhost", "ttl");
+    assert!((1..=30).contains(&ttl), "ttl {ttl}");
+    let addrs = hosts.get("localhost", "addrs").unwrap();
+    assert!(
+        addrs
+            .split(',')
+            .any(|a| a == "127.0.0.1:0" || a == "[::1]:0"),
+        "{addrs}"
+    );
+    let lists = show(&mut c, "LISTS").await;
+    assert_eq!(num(&lists, "dns_names", "items"), 1);
+    assert_eq!(num(&lists, "dns_queries", "items"), 0);
+    assert_eq!(num(&lists, "dns_zones", "items"), 0);
+}

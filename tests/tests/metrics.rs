@@ -1,24 +1,34 @@
 //! The built-in HTTP endpoint: `/metrics` checked with the Prometheus project's own text parser
 //! (Go, github.com/prometheus/common/expfmt, built from tests/go/promcheck) and against a known
-//! workload; `/health` readiness; and the real prometheus-community pgbouncer_exporter scraping
-//! Sluice's console unmodified (its module is refused by the proxy, so tests/go/exportercheck stands
-//! in: the exporter's queries and conversions over lib/pq; the test of the exporter itself is
-//! `#[ignore]`d for that reason). Go modules come from the Go module proxy. `go` (Debian package
-//! golang-go, installed by scripts/test.sh) and the proxy are required: without them the checks
-//! fail saying why (`SLUICE_ALLOW_MISSING_TOOLS=1`: a loud line, the Go checks not run).
+//! workload; `/health` readiness; the prometheus-community pgbouncer_exporter's families checked
+//! against the exporter itself: the families its v0.12.1 `collector.go` declares (source fetched
+//! through the Go module proxy, `exporter_support`), and the real exporter, built from that source,
+//! scraping Sluice's console unmodified and compared family by family with `/metrics`; the v0.10
+//! names behind `[sluice] metrics_exporter_names`; tests/go/exportercheck (the exporter's queries
+//! and conversions over lib/pq). `go` (Debian package golang-go, installed by scripts/test.sh) and
+//! the proxy are required: without them the checks fail saying why (`SLUICE_ALLOW_MISSING_TOOLS=1`:
+//! a loud line, the Go checks not run).
 
+mod exporter_support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_e2e::{
-    free_port, http_get as get, missing_tool, require, sample, Console, PgCluster, Sluice,
-};
+use exporter_support::{go_available, run_go, target_dir};
+
+use sluice_e2e::{free_port, http_get as get, require, sample, Console, PgCluster, Sluice};
 use tokio::net::TcpStream;
 
 const USERLIST: &str = "\"admin\" \"adminpw\"\n\"app\" \"apppw\"\n";
 
 fn start() -> (Sluice, u16) {
+    start_with("")
+}
+
+/// As `start`, with more `[sluice]` lines.
+fn start_with(sluice_lines: &str) -> (Sluice, u16) {
     let pg = PgCluster::get();
     let mport = free_port();
     let ini = Sluice::basic_ini(
@@ -30,53 +40,8 @@ fn start() -> (Sluice, u16) {
             "app = host=127.0.0.1 port={} dbname=app user=trust_user",
             pg.port
         ),
-    ) + &format!("\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{mport}\n");
+    ) + &format!("\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{mport}\n{sluice_lines}");
     (Sluice::builder(&ini).userlist(USERLIST).start(), mport)
-}
-
-fn target_dir() -> PathBuf {
-    // tests/../target, or CARGO_TARGET_DIR.
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
-}
-
-fn go_available() -> bool {
-    Command::new("go")
-        .arg("version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Run a go command with a deadline; Err carries its output.
-fn run_go(args: &[&str], dir: &Path, gobin: Option<&Path>, limit: Duration) -> Result<(), String> {
-    let mut cmd = Command::new("go");
-    cmd.args(args)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(b) = gobin {
-        cmd.env("GOBIN", b);
-    }
-    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
-    let t0 = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            let out = child.wait_with_output().map_err(|e| e.to_string())?;
-            return if st.success() {
-                Ok(())
-            } else {
-                Err(String::from_utf8_lossy(&out.stderr).into_owned())
-            };
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            return Err(format!("go {args:?} took longer than {limit:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Build tests/go/promcheck once. When Go or its modules are missing the test fails
@@ -98,7 +63,7 @@ fn promcheck() -> Option<PathBuf> {
             None,
             Duration::from_secs(300),
         )
-        .map(|()| out.clone())
+        .map(|_| out.clone())
         .map_err(|e| {
             format!("Prometheus parser check: cannot build it (Go module proxy unreachable?): {e}")
         })
@@ -267,45 +232,39 @@ impl Drop for Reaper {
     }
 }
 
-// The Go module proxy answers 403 for github.com/prometheus-community/pgbouncer_exporter, so
-// this cannot run where the test command runs; pgbouncer_exporter_queries_against_console (its
-// queries and conversions, over lib/pq) stands in. `cargo test -- --ignored` tries it.
-#[tokio::test]
-#[ignore = "the Go module proxy refuses pgbouncer_exporter's module (403); exportercheck stands in"]
-async fn pgbouncer_exporter_scrapes_sluice() {
-    if !go_available() {
-        return missing_tool(
-            "pgbouncer_exporter test: `go` is not installed (Debian package golang-go)",
-        );
-    }
-    let gobin = target_dir().join("go-bin");
-    let exporter = gobin.join("pgbouncer_exporter");
-    if !exporter.exists() {
-        let dir = std::env::temp_dir();
-        let install = tokio::task::spawn_blocking({
-            let gobin = gobin.clone();
-            move || {
-                run_go(
-                    &[
-                        "install",
-                        "github.com/prometheus-community/pgbouncer_exporter@latest",
-                    ],
-                    &dir,
-                    Some(&gobin),
-                    Duration::from_secs(400),
-                )
-            }
-        })
-        .await
-        .unwrap();
-        if let Err(e) = install {
-            return missing_tool(&format!(
-                "pgbouncer_exporter test: cannot install it from the Go module proxy: {}",
-                e.trim()
-            ));
+/// Family name -> (TYPE, the label-name sets of its samples), for the families with samples.
+fn families_of(text: &str) -> BTreeMap<String, (String, BTreeSet<String>)> {
+    let mut kinds: HashMap<String, String> = HashMap::new();
+    for l in text.lines() {
+        if let Some(t) = l.strip_prefix("# TYPE ") {
+            let (name, kind) = t.split_once(' ').unwrap();
+            kinds.insert(name.to_string(), kind.to_string());
         }
     }
-    let (s, _) = start();
+    let mut out: BTreeMap<String, (String, BTreeSet<String>)> = BTreeMap::new();
+    for (name, labels, _) in parse_samples(text) {
+        let kind = kinds.get(&name).cloned().unwrap_or_default();
+        let keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+        out.entry(name)
+            .or_insert_with(|| (kind, BTreeSet::new()))
+            .1
+            .insert(keys.join(","));
+    }
+    out
+}
+
+/// The real pgbouncer_exporter (v0.12.1, built from its source fetched through the Go module
+/// proxy) scrapes Sluice's console unmodified; the pgbouncer_* families it serves and those Sluice
+/// serves itself on /metrics are the same, with the same types and label names.
+#[tokio::test]
+async fn pgbouncer_exporter_scrapes_sluice() {
+    let built = tokio::task::spawn_blocking(exporter_support::binary)
+        .await
+        .unwrap();
+    let Some(exporter) = require(built) else {
+        return;
+    };
+    let (s, mport) = start();
     let app = s.connect("app", "apppw", "app").await.unwrap();
     app.simple_query("SELECT 1").await.unwrap();
     let eport = free_port();
@@ -342,17 +301,42 @@ async fn pgbouncer_exporter_scrapes_sluice() {
         })
         .unwrap_or_else(|| panic!("no pool metric for app/trust_user:\n{text}"));
     assert!(active.ends_with(" 1"), "{active}");
+    let pooled = text
+        .lines()
+        .find(|l| {
+            l.starts_with("pgbouncer_stats_totals_queries_pooled_total{")
+                && l.contains("database=\"app\"")
+        })
+        .unwrap_or_else(|| panic!("no stats_totals for app:\n{text}"));
+    assert!(pooled.ends_with(" 1"), "{pooled}");
+
+    let theirs = families_of(&text);
+    let ours = families_of(&get(mport, "/metrics").await.1);
+    let pick = |f: &BTreeMap<String, (String, BTreeSet<String>)>| -> BTreeMap<String, (String, BTreeSet<String>)> {
+        f.iter()
+            // The exporter's own build info is not a figure of the pooler.
+            .filter(|(n, _)| n.starts_with("pgbouncer_") && !n.starts_with("pgbouncer_exporter_"))
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect()
+    };
+    let (theirs, ours) = (pick(&theirs), pick(&ours));
     assert!(
-        text.contains("pgbouncer_pools_server_idle_connections{"),
-        "{text}"
+        theirs.len() >= 40,
+        "the exporter served only {} families:\n{text}",
+        theirs.len()
     );
+    for (name, t) in &theirs {
+        assert_eq!(
+            ours.get(name),
+            Some(t),
+            "{name}: the exporter's vs /metrics"
+        );
+    }
+    let extra: Vec<&String> = ours.keys().filter(|n| !theirs.contains_key(*n)).collect();
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("pgbouncer_stats_queries_pooled_total{")
-                && l.contains("database=\"app\"")),
-        "{text}"
+        extra.is_empty(),
+        "/metrics serves families the exporter does not: {extra:?}"
     );
-    assert!(text.contains("pgbouncer_version_info{"), "{text}");
 }
 
 /// Build tests/go/exportercheck. Err says what is missing (`go`, or a Go module proxy that cannot
@@ -416,8 +400,8 @@ fn num(row: &std::collections::HashMap<String, String>, col: &str) -> f64 {
         .unwrap_or_else(|e| panic!("{col} in {row:?}: {e}"))
 }
 
-/// Stand-in for the real exporter (its module is not served by the proxy): tests/go/exportercheck
-/// runs the exporter's queries with lib/pq over the simple query protocol and converts the values
+/// Beside the real exporter (`pgbouncer_exporter_scrapes_sluice`, which checks family names), the
+/// figures row by row: tests/go/exportercheck runs the exporter's queries with lib/pq over the simple query protocol and converts the values
 /// exactly as the exporter does; then the figures for the live pool are checked against the workload.
 #[tokio::test]
 async fn pgbouncer_exporter_queries_against_console() {
@@ -554,11 +538,26 @@ fn parse_samples(text: &str) -> Vec<(String, std::collections::BTreeMap<String, 
     out
 }
 
-/// Every family of the prometheus-community pgbouncer_exporter (tests/data's list: name, type,
-/// labels) is on /metrics, with the figures the console shows for the same pool, and the series of
-/// a database removed by RELOAD go away with its pool.
+/// The column names of a console SHOW.
+async fn show_columns(con: &mut Console, what: &str) -> BTreeSet<String> {
+    let rs = con.query(&format!("SHOW {what}")).await.unwrap();
+    rs.columns.iter().map(|(n, _)| n.clone()).collect()
+}
+
+/// Every family the prometheus-community pgbouncer_exporter v0.12.1 declares in its collector.go
+/// (read from the source fetched through the Go module proxy, not from a copy of ours) is on
+/// /metrics with its type and label names, unless the SHOW it reads has none of its columns (as
+/// against PgBouncer 1.25); with the figures the console shows for the same pool, and the series
+/// of a database removed by RELOAD gone with its pool.
 #[tokio::test]
 async fn every_pgbouncer_exporter_family_is_served() {
+    let dir = tokio::task::spawn_blocking(exporter_support::module_dir)
+        .await
+        .unwrap();
+    let Some(dir) = require(dir) else {
+        return;
+    };
+    let declared = exporter_support::families(&dir);
     let (s, mport) = start();
     // A second database, removed below.
     let ini = std::fs::read_to_string(s.dir.path().join("pgbouncer.ini")).unwrap();
@@ -581,43 +580,67 @@ async fn every_pgbouncer_exporter_family_is_served() {
     app.batch_execute("BEGIN; SELECT 1").await.unwrap();
 
     let text = get(mport, "/metrics").await.1;
-    let samples = parse_samples(&text);
-    let listed = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/data/pgbouncer_exporter_families.txt"
-    ))
-    .unwrap();
-    let mut checked = 0;
-    for line in listed
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let (name, kind, want_labels) = (f[0], f[1], f[2]);
-        assert!(
-            text.contains(&format!("# TYPE {name} {kind}\n")),
-            "{name}: no TYPE {kind} line"
+    let served = families_of(&text);
+    let mut checked = Vec::new();
+    let mut not_in_console = Vec::new();
+    for f in &declared {
+        if let Some((show, columns)) = &f.show {
+            let have = show_columns(&mut con, show).await;
+            if !columns.iter().any(|c| have.contains(c)) {
+                not_in_console.push(f.name.clone());
+                continue;
+            }
+        }
+        let (kind, label_sets) = served.get(&f.name).unwrap_or_else(|| {
+            panic!(
+                "{}: declared by the exporter, no sample on /metrics",
+                f.name
+            )
+        });
+        if let Some(want) = f.kind {
+            assert_eq!(kind, want, "{}: type", f.name);
+        }
+        let want: Vec<&str> = f.labels.iter().map(String::as_str).collect();
+        assert_eq!(
+            label_sets,
+            &BTreeSet::from([want.join(",")]),
+            "{}: label names",
+            f.name
         );
-        let label_sets: Vec<String> = samples
-            .iter()
-            .filter(|(n, _, _)| n == name)
-            .map(|(_, l, _)| {
-                let keys: Vec<&str> = l.keys().map(String::as_str).collect();
-                if keys.is_empty() {
-                    "-".to_string()
-                } else {
-                    keys.join(",")
-                }
-            })
-            .collect();
-        assert!(!label_sets.is_empty(), "{name}: no sample");
-        assert!(
-            label_sets.iter().all(|l| l == want_labels),
-            "{name}: labels {label_sets:?}, want {want_labels}"
-        );
-        checked += 1;
+        checked.push(f.name.clone());
     }
-    assert!(checked >= 40, "only {checked} families listed");
+    // The exporter's v0.12.1 families, those PgBouncer 1.25's console cannot feed aside.
+    assert_eq!(not_in_console, ["pgbouncer_stats_totals_queries_total"]);
+    for name in [
+        "pgbouncer_stats_totals_client_parses_total",
+        "pgbouncer_stats_totals_server_parses_total",
+        "pgbouncer_stats_totals_binds_total",
+        "pgbouncer_stats_totals_server_assignments_total",
+        "pgbouncer_client_connections",
+        "pgbouncer_databases_reserve_pool",
+    ] {
+        assert!(
+            checked.iter().any(|c| c == name),
+            "{name} not declared: {checked:?}"
+        );
+    }
+    assert!(
+        checked.len() >= 40,
+        "only {} families declared",
+        checked.len()
+    );
+    // The standard families every Prometheus client library serves of its own process.
+    for name in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(served.contains_key(name), "{name}");
+    }
+    let samples = parse_samples(&text);
 
     // The figures are the console's.
     let value = |name: &str, pairs: &[(&str, &str)]| -> f64 {
@@ -674,18 +697,31 @@ async fn every_pgbouncer_exporter_family_is_served() {
         pool_size
     );
     assert_eq!(pool_size, 2.0);
-    let stats = con.query("SHOW STATS").await.unwrap();
-    let xacts: f64 = stats
-        .get("gone", "total_xact_count")
+    let stats = con.query("SHOW STATS_TOTALS").await.unwrap();
+    let xacts: f64 = stats.get("gone", "xact_count").unwrap().parse().unwrap();
+    assert_eq!(
+        value(
+            "pgbouncer_stats_totals_sql_transactions_pooled_total",
+            &[("database", "gone")]
+        ),
+        xacts
+    );
+    let reserve: f64 = dbs
+        .get("app", "reserve_pool_size")
         .unwrap()
         .parse()
         .unwrap();
     assert_eq!(
+        value("pgbouncer_databases_reserve_pool", &[("name", "app")]),
+        reserve
+    );
+    // Clients by database, user, application_name and state: `app`'s one, and this console.
+    assert_eq!(
         value(
-            "pgbouncer_stats_sql_transactions_pooled_total",
-            &[("database", "gone")]
+            "pgbouncer_client_connections",
+            &[("database", "app"), ("user", "app"), ("state", "active")]
         ),
-        xacts
+        1.0
     );
 
     // `gone` removed: its pool, and with it its series, go away.
@@ -707,5 +743,62 @@ async fn every_pgbouncer_exporter_family_is_served() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    app.batch_execute("COMMIT").await.unwrap();
+}
+
+/// `[sluice] metrics_exporter_names = v0.10` serves the names of pgbouncer_exporter v0.10.x and
+/// earlier (tests/data's list: name, type, labels) and none of the v0.11+ ones; RELOAD with the
+/// key gone brings the current names back.
+#[tokio::test]
+async fn v0_10_names_behind_the_setting() {
+    let (s, mport) = start_with("metrics_exporter_names = v0.10\n");
+    let app = s.connect("app", "apppw", "app").await.unwrap();
+    app.batch_execute("BEGIN; SELECT 1").await.unwrap();
+    let served = families_of(&get(mport, "/metrics").await.1);
+    let listed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/pgbouncer_exporter_v0.10_families.txt"
+    ))
+    .unwrap();
+    let mut checked = 0;
+    for line in listed
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (name, kind, labels) = (f[0], f[1], f[2].replace('-', ""));
+        let (k, l) = served
+            .get(name)
+            .unwrap_or_else(|| panic!("{name}: no sample"));
+        assert_eq!(k, kind, "{name}");
+        assert_eq!(l, &BTreeSet::from([labels]), "{name}");
+        checked += 1;
+    }
+    assert!(checked >= 40, "only {checked} families listed");
+    let current_only = |served: &BTreeMap<String, (String, BTreeSet<String>)>| -> Vec<String> {
+        served
+            .keys()
+            .filter(|n| {
+                n.starts_with("pgbouncer_stats_totals_")
+                    || *n == "pgbouncer_client_connections"
+                    || *n == "pgbouncer_databases_reserve_pool"
+            })
+            .cloned()
+            .collect()
+    };
+    assert_eq!(current_only(&served), Vec::<String>::new());
+
+    let ini = std::fs::read_to_string(s.dir.path().join("pgbouncer.ini")).unwrap();
+    s.rewrite_config(&ini.replace("metrics_exporter_names = v0.10\n", ""));
+    let mut con = Console::connect(s.port, "admin", "adminpw").await.unwrap();
+    con.query("RELOAD").await.unwrap();
+    let served = families_of(&get(mport, "/metrics").await.1);
+    assert!(
+        current_only(&served).len() >= 10,
+        "{:?}",
+        served.keys().collect::<Vec<_>>()
+    );
+    assert!(!served.contains_key("pgbouncer_stats_queries_pooled_total"));
+    assert!(!served.contains_key("pgbouncer_server_connections"));
     app.batch_execute("COMMIT").await.unwrap();
 }

@@ -104,6 +104,16 @@ keyword_enum!(
 );
 
 keyword_enum!(
+    /// Which prometheus-community pgbouncer_exporter release's metric names `/metrics` follows
+    /// (`[sluice] metrics_exporter_names`): the current ones (v0.11 and later, as of v0.12.1), or
+    /// those of v0.10.x and earlier for dashboards not yet moved.
+    ExporterNames, "metrics_exporter_names", default Current {
+        Current => "current",
+        V0_10 => "v0.10",
+    }
+);
+
+keyword_enum!(
     /// How a database with several hosts picks the host for a new server connection.
     LoadBalanceHosts, "load_balance_hosts", default RoundRobin {
         RoundRobin => "round-robin",

@@ -1,6 +1,6 @@
 //! THE declarative settings table: every `[pgbouncer]` key (name, type, default, reloadable, supported, doc) and the `[sluice]` keys.
 
-use crate::modes::{AuthType, PoolMode, ServerCheckQuery, TlsMode};
+use crate::modes::{AuthType, ExporterNames, PoolMode, ServerCheckQuery, TlsMode};
 use crate::settings_macro::declare_settings;
 use crate::value::{AuthDbname, FileMode, Seconds};
 
@@ -124,6 +124,7 @@ declare_settings! {
     pub struct SluiceSettings in SLUICE_SETTINGS {
         max_pinned_clients: u32 = "0", reloadable, supported, "Transaction/statement mode: most clients per pool that session state may pin to their server at once (0 = no limit); past it such statements fail with 0A000.";
         metrics_auth_file: String = "", reloadable(MetricsAccess), supported, "File in auth_file format (`\"user\" \"password\"` per line, plaintext passwords) naming who may read the HTTP endpoint with basic auth; /health, /health/ready and /health/live stay open for probes; empty = no auth.";
+        metrics_exporter_names: ExporterNames = "current", reloadable, supported, "Names of the pgbouncer_exporter families on /metrics: current = those of pgbouncer_exporter v0.11 and later (as of v0.12.1: pgbouncer_stats_totals_* from SHOW STATS_TOTALS, pgbouncer_client_connections, pgbouncer_databases_reserve_pool); v0.10 = those of v0.10.x and earlier (pgbouncer_stats_* from SHOW STATS, and pgbouncer_server_connections), for dashboards not yet moved.";
         metrics_listen_addr: Option<String> = "", fixed, supported, "host:port of the HTTP listener serving Prometheus /metrics and /health (e.g. 127.0.0.1:9127); empty = off.";
         metrics_tls_cert_file: String = "", reloadable(MetricsAccess), supported, "Certificate (PEM, chain allowed) of the HTTP endpoint: with metrics_tls_key_file set it speaks HTTPS only; empty = plain HTTP.";
         metrics_tls_key_file: String = "", reloadable(MetricsAccess), supported, "Private key (PEM) for metrics_tls_cert_file.";

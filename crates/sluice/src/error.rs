@@ -1,16 +1,8 @@
-//! Typed errors per layer, each knowing what the client sees (SQLSTATE + message) and who is to blame.
+//! Typed errors per layer, each knowing what the client sees (SQLSTATE + message).
 
 use std::io;
 
 use sluice_protocol::{ErrorFields, ProtocolError};
-
-/// Who caused a failure; decides the log level and whether the client is told it is their fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Blame {
-    Client,
-    Server,
-    Pooler,
-}
 
 /// What a client is sent before it is disconnected: an ErrorResponse with severity FATAL.
 #[derive(Debug, Clone, PartialEq, Eq)]

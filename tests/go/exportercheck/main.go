@@ -399,7 +399,7 @@ func queryShowServers(db *sql.DB) {
 		connectTime, requestTime, ptr, link                                           sql.RawBytes
 	)
 	if len(cols) != 19 && len(cols) != 20 {
-		note("SHOW SERVERS: %d columns (%s); the exporter scans only 19 or 20, so its pgbouncer_server_connections would carry empty labels",
+		note("SHOW SERVERS: %d columns (%s); PgBouncer 1.25 has 19 or 20, and a client scanning them by position would fail",
 			len(cols), strings.Join(cols, ","))
 	}
 	n := 0

@@ -163,7 +163,7 @@ pub fn show(app: &Arc<App>, what: &str) -> Result<ResultSet, AdminError> {
         "fds" => show_conns::fds(app),
         "mem" => show_misc::mem(app),
         "config" => show_misc::config(app),
-        "dns_hosts" => show_misc::dns_hosts(),
+        "dns_hosts" => show_misc::dns_hosts(app),
         "dns_zones" => show_misc::dns_zones(),
         "version" => show_misc::version(),
         "workers" => show_workers::workers(app),

@@ -158,11 +158,17 @@ pub const DNS_ZONES_COLUMNS: &[(&str, Col)] = &[
     ("count", Col::Int4),
 ];
 
-/// Sluice resolves host names at each connect (no DNS cache), so both lists are empty.
-pub fn dns_hosts() -> ResultSet {
-    ResultSet::new(DNS_HOSTS_COLUMNS)
+/// The server host names the connector keeps resolved (`net/dns.rs`), as PgBouncer lists its
+/// cache: name, whole seconds until the next lookup, the addresses (`ip:0`, comma-separated).
+pub fn dns_hosts(app: &Arc<App>) -> ResultSet {
+    let mut rs = ResultSet::new(DNS_HOSTS_COLUMNS);
+    for h in app.pools.dns().map(|d| d.hosts()).unwrap_or_default() {
+        rs.push(vec![text(h.hostname), num(h.ttl), text(h.addrs)]);
+    }
+    rs
 }
 
+/// No DNS zones are watched (dns_zone_check_period is not implemented): always empty.
 pub fn dns_zones() -> ResultSet {
     ResultSet::new(DNS_ZONES_COLUMNS)
 }

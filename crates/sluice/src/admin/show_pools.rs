@@ -366,7 +366,9 @@ pub fn peer_pools(app: &Arc<App>) -> ResultSet {
 }
 
 /// SHOW LISTS items. Sluice has no free lists (objects are allocated per connection and freed
-/// when it ends), so the free_* items are 0; there is no DNS cache (names are resolved per connect).
+/// when it ends), so the free_* items are 0; dns_names and dns_queries are the connector's DNS
+/// cache (`net/dns.rs`); dns_zones is 0 (no zones are watched: dns_zone_check_period is not
+/// implemented), dns_pending 0 as PgBouncer 1.25 shows it.
 pub fn list_items(app: &App) -> Vec<(&'static str, usize)> {
     let cfg = app.config();
     let pools = app.pools.all();
@@ -387,9 +389,9 @@ pub fn list_items(app: &App) -> Vec<(&'static str, usize)> {
         ("login_clients", login),
         ("free_servers", 0),
         ("used_servers", servers),
-        ("dns_names", 0),
+        ("dns_names", app.pools.dns().map_or(0, |d| d.names())),
         ("dns_zones", 0),
-        ("dns_queries", 0),
+        ("dns_queries", app.pools.dns().map_or(0, |d| d.queries())),
         ("dns_pending", 0),
     ]
 }

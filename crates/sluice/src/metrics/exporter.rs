@@ -1,184 +1,21 @@
 //! The prometheus-community pgbouncer_exporter's metric families, served by Sluice itself: the
-//! exporter's names, types, labels and units for what it reads from SHOW DATABASES, STATS, POOLS,
-//! LISTS, CONFIG, SERVERS and VERSION, so that dashboards and alert rules written against the
-//! exporter work on `/metrics` unchanged (with no exporter process). Every value comes from the
+//! exporter's names, types, labels and units (v0.12.1 by default; v0.10.x with `[sluice]
+//! metrics_exporter_names = v0.10`, tables in `exporter_families.rs`) for what it reads from SHOW
+//! DATABASES, STATS_TOTALS (v0.10: STATS), POOLS, LISTS, CONFIG, CLIENTS (v0.10: SERVERS, a family
+//! Sluice added, not the exporter's) and VERSION, so that dashboards and alert rules written against
+//! the exporter work on `/metrics` unchanged (with no exporter process). Every value comes from the
 //! result set the console would send for that SHOW, read by column name as the exporter reads it,
 //! so the figures are the console's; series of pools that are gone are simply not there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::exporter_families::{self as f, Column};
 use super::render::Out;
 use crate::admin::result::ResultSet;
 use crate::admin::{show_conns, show_misc, show_pools, show_stats};
 use crate::app::App;
-
-/// One column of a SHOW, as one family.
-struct Column {
-    column: &'static str,
-    name: &'static str,
-    counter: bool,
-    /// The exporter's unit conversion (µs columns become seconds).
-    factor: f64,
-    help: &'static str,
-}
-
-const fn gauge(column: &'static str, name: &'static str, help: &'static str) -> Column {
-    Column {
-        column,
-        name,
-        counter: false,
-        factor: 1.0,
-        help,
-    }
-}
-
-const fn counter(
-    column: &'static str,
-    name: &'static str,
-    factor: f64,
-    help: &'static str,
-) -> Column {
-    Column {
-        column,
-        name,
-        counter: true,
-        factor,
-        help,
-    }
-}
-
-const US: f64 = 1e-6;
-
-const DATABASES_LABELS: &[&str] = &[
-    "name",
-    "host",
-    "port",
-    "database",
-    "force_user",
-    "pool_mode",
-];
-const DATABASES: &[Column] = &[
-    gauge(
-        "pool_size",
-        "pgbouncer_databases_pool_size",
-        "Maximum number of server connections",
-    ),
-    gauge(
-        "reserve_pool",
-        "pgbouncer_databases_reserve_pool",
-        "Maximum number of additional connections for this database",
-    ),
-    gauge(
-        "max_connections",
-        "pgbouncer_databases_max_connections",
-        "Maximum number of allowed connections for this database",
-    ),
-    gauge(
-        "current_connections",
-        "pgbouncer_databases_current_connections",
-        "Current number of connections for this database",
-    ),
-    gauge(
-        "paused",
-        "pgbouncer_databases_paused",
-        "1 if this database is currently paused, else 0",
-    ),
-    gauge(
-        "disabled",
-        "pgbouncer_databases_disabled",
-        "1 if this database is currently disabled, else 0",
-    ),
-];
-
-const STATS_LABELS: &[&str] = &["database"];
-const STATS: &[Column] = &[
-    counter("total_query_count", "pgbouncer_stats_queries_pooled_total", 1.0, "Total number of SQL queries pooled"),
-    counter("total_query_time", "pgbouncer_stats_queries_duration_seconds_total", US, "Total number of seconds spent by pgbouncer when actively connected to PostgreSQL, executing queries"),
-    counter("total_received", "pgbouncer_stats_received_bytes_total", 1.0, "Total volume in bytes of network traffic received by pgbouncer, shown as bytes"),
-    counter("total_requests", "pgbouncer_stats_queries_total", 1.0, "Total number of SQL requests pooled by pgbouncer, shown as requests"),
-    counter("total_sent", "pgbouncer_stats_sent_bytes_total", 1.0, "Total volume in bytes of network traffic sent by pgbouncer, shown as bytes"),
-    counter("total_wait_time", "pgbouncer_stats_client_wait_seconds_total", US, "Time spent by clients waiting for a server in seconds"),
-    counter("total_xact_count", "pgbouncer_stats_sql_transactions_pooled_total", 1.0, "Total number of SQL transactions pooled"),
-    counter("total_xact_time", "pgbouncer_stats_server_in_transaction_seconds_total", US, "Total number of seconds spent by pgbouncer when connected to PostgreSQL in a transaction, either idle in transaction or executing queries"),
-];
-
-const POOLS_LABELS: &[&str] = &["database", "user"];
-const POOLS: &[Column] = &[
-    gauge("cl_active", "pgbouncer_pools_client_active_connections", "Client connections linked to server connection and able to process queries, shown as connection"),
-    gauge("cl_active_cancel_req", "pgbouncer_pools_client_active_cancel_connections", "Client connections that have forwarded query cancellations to the server and are waiting for the server response"),
-    gauge("cl_waiting", "pgbouncer_pools_client_waiting_connections", "Client connections waiting on a server connection, shown as connection"),
-    gauge("cl_waiting_cancel_req", "pgbouncer_pools_client_waiting_cancel_connections", "Client connections that have not forwarded query cancellations to the server yet"),
-    gauge("sv_active", "pgbouncer_pools_server_active_connections", "Server connections linked to a client connection, shown as connection"),
-    gauge("sv_active_cancel", "pgbouncer_pools_server_active_cancel_connections", "Server connections that are currently forwarding a cancel request."),
-    gauge("sv_being_canceled", "pgbouncer_pools_server_being_canceled_connections", "Servers that normally could become idle but are waiting to do so until all in-flight cancel requests have completed that were sent to cancel a query on this server."),
-    gauge("sv_idle", "pgbouncer_pools_server_idle_connections", "Server connections idle and ready for a client query, shown as connection"),
-    gauge("sv_used", "pgbouncer_pools_server_used_connections", "Server connections idle more than server_check_delay, needing server_check_query, shown as connection"),
-    gauge("sv_tested", "pgbouncer_pools_server_testing_connections", "Server connections currently running either server_reset_query or server_check_query, shown as connection"),
-    gauge("sv_login", "pgbouncer_pools_server_login_connections", "Server connections currently in the process of logging in, shown as connection"),
-    gauge("maxwait", "pgbouncer_pools_client_maxwait_seconds", "Age of oldest unserved client connection, shown as second"),
-];
-
-/// SHOW LISTS rows (list name → family).
-const LISTS: &[(&str, &str, &str)] = &[
-    ("databases", "pgbouncer_databases", "Count of databases"),
-    ("users", "pgbouncer_users", "Count of users"),
-    ("pools", "pgbouncer_pools", "Count of pools"),
-    (
-        "free_clients",
-        "pgbouncer_free_clients",
-        "Count of free clients",
-    ),
-    (
-        "used_clients",
-        "pgbouncer_used_clients",
-        "Count of used clients",
-    ),
-    (
-        "login_clients",
-        "pgbouncer_login_clients",
-        "Count of clients in login state",
-    ),
-    (
-        "free_servers",
-        "pgbouncer_free_servers",
-        "Count of free servers",
-    ),
-    (
-        "used_servers",
-        "pgbouncer_used_servers",
-        "Count of used servers",
-    ),
-    (
-        "dns_names",
-        "pgbouncer_cached_dns_names",
-        "Count of DNS names in the cache",
-    ),
-    (
-        "dns_zones",
-        "pgbouncer_cached_dns_zones",
-        "Count of DNS zones in the cache",
-    ),
-    (
-        "dns_queries",
-        "pgbouncer_in_flight_dns_queries",
-        "Count of in-flight DNS queries",
-    ),
-];
-
-/// SHOW CONFIG keys (key → family).
-const CONFIG: &[(&str, &str, &str)] = &[
-    (
-        "max_client_conn",
-        "pgbouncer_config_max_client_connections",
-        "Config maximum number of client connections",
-    ),
-    (
-        "max_user_connections",
-        "pgbouncer_config_max_user_connections",
-        "Config maximum number of server connections per user",
-    ),
-];
+use sluice_config::ExporterNames;
 
 fn col(rs: &ResultSet, name: &str) -> Option<usize> {
     rs.columns.iter().position(|(n, _)| *n == name)
@@ -193,7 +30,8 @@ fn value(row: &[Option<String>], i: usize) -> Option<f64> {
 fn by_row(out: &mut Out, rs: &ResultSet, labels: &[&str], columns: &[Column]) {
     let label_at: Vec<(&str, Option<usize>)> = labels.iter().map(|l| (*l, col(rs, l))).collect();
     for c in columns {
-        // A column this SHOW does not have (total_requests, before PgBouncer 1.8) has no family.
+        // A column this SHOW does not have (requests, total_requests) has no family, as with the
+        // exporter against PgBouncer 1.25.
         let Some(i) = col(rs, c.column) else { continue };
         out.family(c.name, if c.counter { "counter" } else { "gauge" }, c.help);
         for row in &rs.rows {
@@ -225,7 +63,8 @@ fn by_key(out: &mut Out, rs: &ResultSet, table: &[(&str, &str, &str)]) {
     }
 }
 
-/// SHOW SERVERS counted by (user, database, state, addr_port, close_needed), as the exporter does.
+/// SHOW SERVERS counted by (user, database, state, addr_port, close_needed): a family Sluice served
+/// before it followed v0.12.1 (no exporter release has it), kept with the v0.10 names.
 fn server_connections(out: &mut Out, rs: &ResultSet) {
     let name = "pgbouncer_server_connections";
     out.family(name, "gauge", "Server connections with state information");
@@ -322,8 +161,45 @@ fn standard_process(out: &mut Out, app: &App) {
     }
 }
 
-/// Every exporter family, and the standard process ones.
+/// SHOW CLIENTS counted by (database, user, application_name, state): v0.12.0's
+/// `pgbouncer_client_connections`.
+fn client_connections(out: &mut Out, rs: &ResultSet) {
+    let name = "pgbouncer_client_connections";
+    out.family(
+        name,
+        "gauge",
+        "Number of client connections grouped by database, user, application name, and state",
+    );
+    let at = |c: &str| col(rs, c);
+    let (Some(d), Some(u), Some(s)) = (at("database"), at("user"), at("state")) else {
+        return;
+    };
+    let a = at("application_name");
+    let mut counts: BTreeMap<[String; 4], u64> = BTreeMap::new();
+    let cell = |r: &Vec<Option<String>>, i: usize| r[i].clone().unwrap_or_default();
+    for r in &rs.rows {
+        let app_name = a.map(|i| cell(r, i)).unwrap_or_default();
+        *counts
+            .entry([cell(r, d), cell(r, u), app_name, cell(r, s)])
+            .or_default() += 1;
+    }
+    for ([db, user, app_name, state], n) in &counts {
+        out.sample(
+            name,
+            &[
+                ("database", db),
+                ("user", user),
+                ("application_name", app_name),
+                ("state", state),
+            ],
+            *n as f64,
+        );
+    }
+}
+
+/// Every exporter family of the configured release line, and the standard process ones.
 pub(super) fn render(out: &mut Out, app: &Arc<App>) {
+    let names = app.config().sluice.metrics_exporter_names;
     standard_process(out, app);
     out.family("pgbouncer_up", "gauge", "The pgbouncer scrape succeeded");
     out.sample("pgbouncer_up", &[], 1.0);
@@ -337,15 +213,24 @@ pub(super) fn render(out: &mut Out, app: &Arc<App>) {
         &[("version", &show_misc::version_string())],
         1.0,
     );
-    by_row(
-        out,
-        &show_pools::databases(app),
-        DATABASES_LABELS,
-        DATABASES,
-    );
-    by_row(out, &show_stats::stats(app), STATS_LABELS, STATS);
-    by_row(out, &show_pools::pools(app), POOLS_LABELS, POOLS);
-    by_key(out, &show_pools::lists(app), LISTS);
-    by_key(out, &show_misc::config(app), CONFIG);
-    server_connections(out, &show_conns::servers(app));
+    let databases = show_pools::databases(app);
+    match names {
+        ExporterNames::Current => {
+            by_row(out, &databases, f::DATABASES_LABELS, f::DATABASES);
+            let totals = show_stats::stats_totals(app);
+            by_row(out, &totals, f::STATS_LABELS, f::STATS_TOTALS);
+        }
+        ExporterNames::V0_10 => {
+            by_row(out, &databases, f::DATABASES_LABELS, f::DATABASES_V0_10);
+            let stats = show_stats::stats(app);
+            by_row(out, &stats, f::STATS_LABELS, f::STATS_V0_10);
+        }
+    }
+    by_row(out, &show_pools::pools(app), f::POOLS_LABELS, f::POOLS);
+    by_key(out, &show_pools::lists(app), f::LISTS);
+    by_key(out, &show_misc::config(app), f::CONFIG);
+    match names {
+        ExporterNames::Current => client_connections(out, &show_conns::clients(app)),
+        ExporterNames::V0_10 => server_connections(out, &show_conns::servers(app)),
+    }
 }

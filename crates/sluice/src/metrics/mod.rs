@@ -8,6 +8,7 @@ mod access;
 mod basic_auth;
 mod dashboard;
 mod exporter;
+mod exporter_families;
 mod http;
 pub mod process;
 pub mod render;

@@ -45,6 +45,11 @@ pub trait Connector: Send + Sync + 'static {
     fn server_facts(&self) -> Option<&ServerFactsBook> {
         None
     }
+
+    /// The host names it keeps resolved (None: it resolves none).
+    fn dns(&self) -> Option<&crate::net::dns::DnsCache> {
+        None
+    }
 }
 
 /// Connects to real servers over TCP or Unix sockets, numbering them (the S-<id> of log lines and
@@ -114,6 +119,10 @@ impl Connector for PgConnector {
 
     fn id_sequence(&self) -> Option<Arc<AtomicU64>> {
         Some(self.next_id.clone())
+    }
+
+    fn dns(&self) -> Option<&crate::net::dns::DnsCache> {
+        Some(&self.dns)
     }
 
     fn server_facts(&self) -> Option<&ServerFactsBook> {

@@ -57,6 +57,11 @@ impl PoolRegistry {
         self.connector.server_facts()
     }
 
+    /// The connector's kept host names (SHOW DNS_HOSTS, SHOW LISTS), when it resolves any.
+    pub fn dns(&self) -> Option<&crate::net::dns::DnsCache> {
+        self.connector.dns()
+    }
+
     /// A fresh config generation number (reload bumps it for databases whose login changed).
     pub fn next_generation(&self) -> u64 {
         self.generation.fetch_add(1, Ordering::Relaxed) + 1
