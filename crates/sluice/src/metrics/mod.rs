@@ -8,6 +8,7 @@ mod access;
 mod basic_auth;
 mod dashboard;
 mod exporter;
+mod hosts;
 mod http;
 pub mod process;
 pub mod render;

@@ -353,6 +353,19 @@ impl Pool {
         self.drain_each(|l| l.waiters.drain(..).collect())
     }
 
+    /// Take the waiters that joined at or before `cutoff` (each line is ordered by `since`).
+    fn drain_waiters_since(&self, cutoff: Instant) -> Vec<Waiter> {
+        self.drain_each(|l| {
+            let n = l.waiters.iter().take_while(|w| w.since <= cutoff).count();
+            l.waiters.drain(..n).collect()
+        })
+    }
+
+    /// Clients waiting for a server now.
+    pub fn waiting(&self) -> usize {
+        self.shards.iter().map(|s| s.waiting_hint()).sum()
+    }
+
     fn drain_each<T>(&self, take: impl Fn(&mut shard::Lists) -> Vec<T>) -> Vec<T> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
@@ -497,7 +510,10 @@ impl Pool {
                     settings.limits.min_pool_size,
                     &settings.timeouts,
                 );
-                if why.is_some() || self.close_needed(conn.id, conn.generation, &settings) {
+                if why.is_some()
+                    || self.close_needed(conn.id, conn.generation, &settings)
+                    || conn.host_retired()
+                {
                     total = total.saturating_sub(1);
                     closing.extend(l.idle.remove(i).map(|c| (c, why)));
                 } else {
@@ -519,6 +535,7 @@ impl Pool {
                 Some(rules::IdleClose::IdleTimeout) => {
                     settings.connect.log.closing_conn(c, reason::IDLE_TIMEOUT)
                 }
+                None if c.host_retired() => settings.connect.log.closing_conn(c, reason::HOST_OUT),
                 None => tracing::debug!("S-{}: {} closing idle server", c.id, self.key),
             }
         }
