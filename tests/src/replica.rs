@@ -4,6 +4,7 @@
 //! is removed by a watchdog when the test process exits, and by `Drop`.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -136,6 +137,9 @@ impl ReplicaSet {
         nodes[0].write_conf();
         nodes[0].start();
         for n in &nodes[1..] {
+            fs::create_dir(&n.data_dir).expect("mkdir");
+            fs::set_permissions(&n.data_dir, fs::Permissions::from_mode(0o700)).expect("chmod");
+            chown_postgres(&n.data_dir);
             let mut bb = pg_command(&bin_dir.join("pg_basebackup"));
             bb.arg("-D")
                 .arg(&n.data_dir)
