@@ -251,6 +251,9 @@ async fn promotion_under_load_idle_and_waiting_clients_see_no_error() {
         );
     }
     let log = s.log();
+    if std::env::var_os("FAILOVER_LOG").is_some() {
+        eprintln!("{log}");
+    }
     assert!(log.contains("failover began"), "{log}");
     assert!(log.contains("failover ended"), "{log}");
 }

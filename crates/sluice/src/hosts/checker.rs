@@ -29,6 +29,14 @@ const CHECK_SQL: &str = "SELECT pg_catalog.pg_is_in_recovery(), \
               THEN extract(epoch FROM now() - pg_catalog.pg_last_xact_replay_timestamp()) \
               ELSE 0 END END";
 
+/// Why a check did not read the host.
+enum Check {
+    /// The host did not answer, or answered the check with an error: out of rotation.
+    Failed(String),
+    /// The host refused the checker's login (credentials): not the host's fault.
+    Refused(String),
+}
+
 const TIMELINE_SQL: &str = "SELECT timeline_id FROM pg_catalog.pg_control_checkpoint()";
 
 /// Run until no pool has a login for this host any more.
@@ -71,14 +79,28 @@ pub(super) async fn run(h: Arc<HostHealth>, dns: Arc<DnsCache>) {
         )
         .await
         {
-            Ok(Ok(p)) => Ok(p),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err("check timed out".to_string()),
+            Ok(r) => r,
+            Err(_) => Err(Check::Failed("check timed out".to_string())),
         };
-        if outcome.is_err() {
-            conn = None;
+        match outcome {
+            Err(Check::Refused(why)) => {
+                // This pool's login no longer works (its password changed, its role was
+                // dropped): that says nothing of the host. The next pool to connect checks it.
+                tracing::warn!("host {}: health check login refused: {why}", h.addr);
+                conn = None;
+                let mut l = h.login.lock();
+                if l.as_ref()
+                    .is_some_and(|l| std::ptr::eq(l.target.as_ptr(), Arc::as_ptr(&target)))
+                {
+                    *l = None;
+                }
+            }
+            Err(Check::Failed(why)) => {
+                conn = None;
+                h.record(Err(why), f.max_lag);
+            }
+            Ok(p) => h.record(Ok(p), f.max_lag),
         }
-        h.record(outcome, f.max_lag);
         drop(target);
         tokio::time::sleep(MIN_GAP).await;
         tokio::select! {
@@ -95,20 +117,28 @@ async fn probe(
     keys: Option<&sluice_protocol::ScramKeys>,
     opts: &connect::ConnectOptions,
     dns: &DnsCache,
-) -> Result<Probe, String> {
+) -> Result<Probe, Check> {
     if conn.is_none() {
         let c = connect::open_addr(crate::ids::ServerId(0), &h.addr, target, keys, opts, dns)
             .await
-            .map_err(|e| format!("check failed: {}", e.close_reason()))?;
+            .map_err(|e| match e {
+                ServerError::Login(f) if e.is_login_rejection() && f.code != "57P03" => {
+                    Check::Refused(f.message.clone())
+                }
+                e @ (ServerError::Auth(_) | ServerError::WrongPasswordType(_)) => {
+                    Check::Refused(e.to_string())
+                }
+                e => Check::Failed(e.close_reason()),
+            })?;
         *conn = Some(c);
     }
     let Some(c) = conn.as_mut() else {
-        return Err("no connection".into());
+        return Err(Check::Failed("no connection".into()));
     };
     let max = opts.max_packet_size;
     let row = query::run_row(c, CHECK_SQL, max)
         .await
-        .map_err(|e| format!("check failed: {e}"))?;
+        .map_err(|e| Check::Failed(format!("check failed: {e}")))?;
     let col = |i: usize| row.get(i).and_then(|v| v.as_deref());
     let in_recovery = col(0) == Some("t");
     let timeline = match query::run_row(c, TIMELINE_SQL, max).await {
@@ -118,7 +148,7 @@ async fn probe(
             .and_then(|v| v.parse().ok()),
         // Not permitted to this user: split brain is then judged by who was primary first.
         Err(ServerError::Query(_)) => None,
-        Err(e) => return Err(format!("check failed: {e}")),
+        Err(e) => return Err(Check::Failed(format!("check failed: {e}"))),
     };
     Ok(Probe {
         in_recovery,

@@ -93,7 +93,9 @@ impl HostBook {
             }
             if !held {
                 held = true;
-                tracing::info!(
+                // One line per held connect: the host's "failover began" and the pool's
+                // "failover ended" are the operator's lines.
+                tracing::debug!(
                     "{}: no host with target_session_attrs={attrs} in rotation ({}); holding clients up to failover_timeout",
                     opts.log.pool,
                     why.join("; ")

@@ -134,7 +134,8 @@ impl HostHealth {
         self.wake.notify_one();
     }
 
-    /// A connect to it failed: out of rotation until its checker finds it well again.
+    /// A connect to it failed (`why`: PgBouncer's words for it, "connect failed", "connect
+    /// timeout", ...): out of rotation until its checker finds it well again.
     pub fn suspect(&self, why: &str) {
         let old = self.view();
         if old.checked && !old.healthy {
@@ -144,7 +145,7 @@ impl HostHealth {
         let mut v = (*old).clone();
         v.checked = true;
         v.healthy = false;
-        v.out_reason = Some(format!("connect failed: {why}"));
+        v.out_reason = Some(why.to_string());
         v.primary_since = None;
         self.install(&old, v);
         self.wake();
@@ -170,7 +171,10 @@ impl HostHealth {
             let why = if v.healthy {
                 "is a standby now".to_string()
             } else {
-                v.out_reason.clone().unwrap_or_default()
+                format!(
+                    "is out of rotation ({})",
+                    v.out_reason.as_deref().unwrap_or("")
+                )
             };
             tracing::warn!(
                 "failover began: primary {} {why}; clients that need a primary are held up to failover_timeout",

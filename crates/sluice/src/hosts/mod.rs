@@ -59,6 +59,27 @@ impl HostBook {
         keys: Option<&ScramKeys>,
         opts: &ConnectOptions,
     ) -> Vec<Arc<HostHealth>> {
+        self.enlist(target, keys, opts, false)
+    }
+
+    /// A pool's new settings (reload): its target's login checks its hosts from now on (the old
+    /// target, whose login they may have used, goes with the old settings).
+    pub fn adopt(
+        &self,
+        target: &Arc<ServerTarget>,
+        keys: Option<&ScramKeys>,
+        opts: &ConnectOptions,
+    ) {
+        drop(self.enlist(target, keys, opts, true));
+    }
+
+    fn enlist(
+        &self,
+        target: &Arc<ServerTarget>,
+        keys: Option<&ScramKeys>,
+        opts: &ConnectOptions,
+        take_over: bool,
+    ) -> Vec<Arc<HostHealth>> {
         let members: Vec<Arc<HostHealth>> = {
             let mut hosts = self.hosts.lock();
             target
@@ -86,7 +107,7 @@ impl HostBook {
             {
                 let mut login = m.login.lock();
                 let live = login.as_ref().is_some_and(|l| l.target.strong_count() > 0);
-                if !live {
+                if !live || take_over {
                     *login = Some(CheckLogin {
                         target: Arc::downgrade(target),
                         keys: keys.cloned(),
@@ -125,5 +146,12 @@ impl HostBook {
             .iter()
             .map(|a| hosts.get(a).map(|h| h.view()))
             .collect()
+    }
+
+    /// The shared health of `addrs`' hosts, in order (None for a host never used with failover):
+    /// a router keeps these and reads each `view()` with one atomic load.
+    pub fn health_of(&self, addrs: &[ServerAddr]) -> Vec<Option<Arc<HostHealth>>> {
+        let hosts = self.hosts.lock();
+        addrs.iter().map(|a| hosts.get(a).cloned()).collect()
     }
 }

@@ -137,13 +137,7 @@ impl Pool {
                     self.failing.store(false, Ordering::Relaxed);
                 }
                 if let Some(held) = conn.host.as_ref().and_then(|t| t.held) {
-                    tracing::info!(
-                        "{}: failover ended: new server on {} after {:.1}s, {} clients were held",
-                        self.key,
-                        conn.addr,
-                        held.as_secs_f64(),
-                        self.waiting()
-                    );
+                    self.log_failover_ended(&conn, held);
                 }
                 // Handed to a waiter or parked idle; never used yet, so server_lifetime does not
                 // close it (a lifetime of 0 means "used once").
@@ -221,5 +215,25 @@ impl Pool {
                 w.tx.send(Err(PoolError::Rejected(Box::new(notice.clone()))));
         }
         self.kick();
+    }
+
+    /// The first server of a failover's held connects: one line per failover, with the wait and
+    /// how many clients were held.
+    fn log_failover_ended(&self, conn: &crate::server::ServerConn, held: std::time::Duration) {
+        let now = Instant::now();
+        {
+            let mut st = self.state.lock();
+            if st.failover_logged.is_some_and(|t| now - t < held) {
+                return;
+            }
+            st.failover_logged = Some(now);
+        }
+        tracing::info!(
+            "{}: failover ended: new server on {} after {:.1}s, {} clients were held",
+            self.key,
+            conn.addr,
+            held.as_secs_f64(),
+            self.waiting()
+        );
     }
 }

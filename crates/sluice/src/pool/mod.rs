@@ -99,6 +99,8 @@ struct PoolState {
     /// A client was refused with the cached login error after server_login_retry had passed: one
     /// new attempt is due (no client waits for it).
     retry_wanted: bool,
+    /// When "failover ended" was last logged (once per failover, not per held connect).
+    failover_logged: Option<Instant>,
 }
 
 /// Counts SHOW POOLS and the janitor read off a pool.
@@ -240,6 +242,10 @@ impl Pool {
     pub fn update_settings(self: &Arc<Self>, new: PoolSettings) {
         let old_generation = self.settings.load().generation;
         let changed = new.generation != old_generation;
+        if let (Some(book), Some(_)) = (self.connector.host_book(), &new.target.failover) {
+            let keys = self.scram_keys();
+            book.adopt(&new.target, keys.as_ref(), &new.connect);
+        }
         self.settings.store(Arc::new(new));
         self.settings_version.fetch_add(1, Ordering::Release);
         if changed {
