@@ -32,7 +32,7 @@ fn databases_extras(out: &mut String) {
 ",
     );
     out.push_str(&format!(
-        "| `target_session_attrs` | {} | libpq's meaning: the role a server of the entry must have (`any`, the default: whatever the host is; `read-write`: neither in recovery nor default_transaction_read_only; `read-only`: the opposite; `primary` / `standby`: not in / in recovery; `prefer-standby`: standbys first, else any). Learned at login from the in_hot_standby and default_transaction_read_only ParameterStatus (PostgreSQL 14+), else asked; a server of the wrong role is closed and the next host tried. An entry with a host list or a value other than `any` gets health checks and failover (failover_timeout, host_check_interval, max_replica_lag; SHOW HOSTS). |\n\n",
+        "| `target_session_attrs` | {} | libpq's meaning: the role a server of the entry must have (`any`, the default: whatever the host is; `read-write`: neither in recovery nor default_transaction_read_only; `read-only`: the opposite; `primary` / `standby`: not in / in recovery; `prefer-standby`: standbys first, else any). Learned at login from the in_hot_standby and default_transaction_read_only ParameterStatus (PostgreSQL 14+), else asked; a server of the wrong role is closed and the next host tried. An entry that sets it, with a host list or a value other than `any`, gets health checks and failover (failover_timeout, host_check_interval, max_replica_lag; SHOW HOSTS); an entry without it connects as PgBouncer's does, host list or not. |\n\n",
         crate::TargetSessionAttrs::KEYWORDS
             .iter()
             .map(|k| format!("`{k}`"))

@@ -135,7 +135,7 @@ fn server_target(
     )
     .with_balance(db.load_balance_hosts.unwrap_or_default())
     .with_failover(
-        db.target_session_attrs.unwrap_or_default(),
+        db.target_session_attrs,
         FailoverSettings {
             failover_timeout: cfg
                 .sluice

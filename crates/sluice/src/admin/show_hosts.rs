@@ -1,4 +1,4 @@
-//! SHOW HOSTS (Sluice only): one row per host of the databases with a host list or
+//! SHOW HOSTS (Sluice only): one row per host of the databases whose entry sets
 //! target_session_attrs, with its role, whether it is in rotation and why not, its lag and its
 //! last check. SHOW POOLS and SHOW SERVERS keep PgBouncer's columns.
 

@@ -1,8 +1,8 @@
-//! Host roles, health and failover for [databases] entries with a host list or a
-//! target_session_attrs: one shared health record and checker per distinct host (`health.rs`,
+//! Host roles, health and failover for [databases] entries that set target_session_attrs (with a
+//! host list, or a role other than `any`): one shared health record and checker per distinct host (`health.rs`,
 //! `checker.rs`), the pure host choice (`select.rs`), a server's role at login (`role.rs`), and
 //! the connect that picks a host of the right role or holds its clients through a failover
-//! (`connect.rs`). Databases with one host and `any` never come here.
+//! (`connect.rs`). Entries without it never come here: they connect as PgBouncer's do.
 
 mod checker;
 mod connect;

@@ -1,4 +1,4 @@
-//! /metrics families of host roles and health (databases with a host list or
+//! /metrics families of host roles and health (databases whose entry sets
 //! target_session_attrs): what SHOW HOSTS shows, one series per host.
 
 use super::render::Out;

@@ -138,12 +138,19 @@ impl ServerTarget {
         }
     }
 
-    /// target_session_attrs and the failover settings: health checks and role-aware host choice
-    /// for a host list or a role other than `any`, nothing for the single-host `any` case.
-    pub fn with_failover(mut self, attrs: TargetSessionAttrs, settings: FailoverSettings) -> Self {
-        self.attrs = attrs;
-        self.failover =
-            (self.addrs.len() > 1 || attrs != TargetSessionAttrs::Any).then_some(settings);
+    /// target_session_attrs (None: not in the entry) and the failover settings: health checks and
+    /// role-aware host choice when the entry sets it, for a host list or a role other than `any`.
+    /// An entry without it connects as PgBouncer's does, host list or not (an unchanged
+    /// pgbouncer.ini gets no extra connection to any host).
+    pub fn with_failover(
+        mut self,
+        attrs: Option<TargetSessionAttrs>,
+        settings: FailoverSettings,
+    ) -> Self {
+        self.attrs = attrs.unwrap_or_default();
+        self.failover = attrs
+            .is_some_and(|a| self.addrs.len() > 1 || a != TargetSessionAttrs::Any)
+            .then_some(settings);
         self
     }
 
@@ -233,6 +240,32 @@ mod tests {
         let a = t.pick_addr().unwrap().1.to_string();
         let b = t.pick_addr().unwrap().1.to_string();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn failover_only_where_the_entry_asks_for_it() {
+        let f = FailoverSettings {
+            failover_timeout: Duration::from_secs(1),
+            check_interval: Duration::from_secs(1),
+            max_lag: ReplicaLag::Unlimited,
+        };
+        let t = |hosts: &str, attrs| {
+            ServerTarget::new(
+                ServerAddr::parse_hosts(Some(hosts), 1, "/tmp"),
+                "d".into(),
+                "u".into(),
+                None,
+                vec![],
+                None,
+            )
+            .with_failover(attrs, f)
+            .failover
+            .is_some()
+        };
+        assert!(!t("a,b", None), "a plain host list connects as PgBouncer's");
+        assert!(!t("a", Some(TargetSessionAttrs::Any)));
+        assert!(t("a,b", Some(TargetSessionAttrs::Any)));
+        assert!(t("a", Some(TargetSessionAttrs::ReadWrite)));
     }
 
     #[test]
