@@ -52,7 +52,7 @@ pub fn hosts(app: &App) -> ResultSet {
             v.wal_lsn.map_or_else(null, |l| {
                 text(format!("{:X}/{:X}", l >> 32, l & 0xffff_ffff))
             }),
-            num(v.poll_seq),
+            num(v.checks),
             v.last_check.map_or_else(null, |t| {
                 num(SystemTime::now()
                     .duration_since(t)

@@ -52,6 +52,8 @@ pub struct HostHealth {
     pub(super) running: AtomicBool,
     /// Any view of the book changed (connect tasks holding clients wait on it).
     changed: Arc<Notify>,
+    /// The book's view sequence (`HostView::poll_seq`).
+    seq: Arc<AtomicU64>,
 }
 
 /// A server's claim on its host's health, taken at connect.
@@ -78,7 +80,7 @@ impl std::fmt::Debug for HostHealth {
 }
 
 impl HostHealth {
-    pub(super) fn new(addr: ServerAddr, changed: Arc<Notify>) -> Self {
+    pub(super) fn new(addr: ServerAddr, changed: Arc<Notify>, seq: Arc<AtomicU64>) -> Self {
         HostHealth {
             addr,
             view: ArcSwap::from_pointee(HostView::default()),
@@ -89,6 +91,7 @@ impl HostHealth {
             databases: Mutex::default(),
             running: AtomicBool::new(false),
             changed,
+            seq,
         }
     }
 
@@ -160,7 +163,8 @@ impl HostHealth {
     }
 
     fn install(&self, old: &HostView, mut v: HostView) {
-        v.poll_seq = old.poll_seq + 1;
+        v.checks = old.checks + 1;
+        v.poll_seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         v.last_check = Some(SystemTime::now());
         let was_primary = old.role == Role::Primary && old.healthy;
         let is_primary = v.role == Role::Primary && v.healthy;
@@ -304,6 +308,7 @@ pub fn judge(
         lag_bytes,
         timeline: p.timeline.or(old.timeline),
         poll_seq: old.poll_seq,
+        checks: old.checks,
         last_check: old.last_check,
         primary_since: (role == Role::Primary && healthy).then_some(since),
     }

@@ -33,6 +33,8 @@ pub struct HostBook {
     hosts: Mutex<HashMap<ServerAddr, Arc<HostHealth>>>,
     /// Any host's view changed.
     changed: Arc<Notify>,
+    /// The sequence every view's `poll_seq` is taken from.
+    seq: Arc<std::sync::atomic::AtomicU64>,
     dns: Arc<DnsCache>,
 }
 
@@ -47,6 +49,7 @@ impl HostBook {
         HostBook {
             hosts: Mutex::default(),
             changed: Arc::new(Notify::new()),
+            seq: Arc::default(),
             dns,
         }
     }
@@ -89,7 +92,11 @@ impl HostBook {
                     hosts
                         .entry(a.clone())
                         .or_insert_with(|| {
-                            Arc::new(HostHealth::new(a.clone(), self.changed.clone()))
+                            Arc::new(HostHealth::new(
+                                a.clone(),
+                                self.changed.clone(),
+                                self.seq.clone(),
+                            ))
                         })
                         .clone()
                 })

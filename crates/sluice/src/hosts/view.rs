@@ -47,9 +47,12 @@ pub struct HostView {
     pub lag_bytes: Option<u64>,
     /// timeline_id of pg_control_checkpoint() (None where not permitted).
     pub timeline: Option<u32>,
-    /// Completed checks, failed ones included: a position older than another view's with a higher
-    /// sequence number was polled before it.
+    /// When this view was recorded, on one sequence shared by every host of the `HostBook`: of
+    /// two views (of any hosts), the one with the lower number was recorded first, so a WAL
+    /// position it holds was polled before the other's.
     pub poll_seq: u64,
+    /// Checks of this host completed, failed ones included.
+    pub checks: u64,
     pub last_check: Option<SystemTime>,
     /// Since when this host has been a primary in rotation without a break (split brain: of two
     /// primaries on one timeline, the one that was first stays).

@@ -74,6 +74,6 @@ pub(super) fn render(out: &mut Out, app: &App) {
     );
     for (host, port, v) in &rows {
         let l = [("host", host.as_str()), ("port", port.as_str())];
-        out.sample("sluice_host_checks_total", &l, v.poll_seq as f64);
+        out.sample("sluice_host_checks_total", &l, v.checks as f64);
     }
 }
