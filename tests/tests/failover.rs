@@ -166,6 +166,14 @@ async fn target_session_attrs_picks_the_right_host_and_failover_timeout_says_why
         )),
         "{m}"
     );
+    let (_, dash) = sluice_e2e::http_get(mport, "/dashboard.json").await;
+    assert!(
+        dash.contains(&format!(
+            "{{\"addr\":\"127.0.0.1:{}\",\"role\":\"standby\",\"healthy\":true",
+            sb.port
+        )),
+        "{dash}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
