@@ -95,6 +95,12 @@ impl HostHealth {
         }
     }
 
+    /// A host of no book (pool tests).
+    #[cfg(test)]
+    pub fn standalone(addr: ServerAddr) -> Arc<Self> {
+        Arc::new(Self::new(addr, Arc::default(), Arc::default()))
+    }
+
     /// The last check's view: one atomic load, no lock.
     pub fn view(&self) -> Arc<HostView> {
         self.view.load_full()
@@ -168,7 +174,9 @@ impl HostHealth {
         v.last_check = Some(SystemTime::now());
         let was_primary = old.role == Role::Primary && old.healthy;
         let is_primary = v.role == Role::Primary && v.healthy;
-        if (old.healthy && !v.healthy) || (old.checked && old.role != v.role) {
+        // A host never checked counts as in rotation here: servers may have connected to it.
+        let was_in = old.healthy || !old.checked;
+        if (was_in && !v.healthy) || (old.checked && old.role != v.role) {
             self.epoch.fetch_add(1, Ordering::Relaxed);
         }
         if was_primary && !is_primary {
