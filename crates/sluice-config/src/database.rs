@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::connstr::{opt_u32, parse_pairs, pool_mode, port};
 use crate::error::ConfigError;
-use crate::modes::{LoadBalanceHosts, PoolMode};
+use crate::modes::{LoadBalanceHosts, PoolMode, TargetSessionAttrs};
 use crate::value::SettingValue;
 
 /// One `[databases]` line. `None` fields inherit the global setting (or the documented default).
@@ -40,6 +40,8 @@ pub struct DatabaseEntry {
     pub query_wait_timeout: Option<u32>,
     pub pool_mode: Option<PoolMode>,
     pub load_balance_hosts: Option<LoadBalanceHosts>,
+    /// libpq's target_session_attrs (Sluice only): the role a server of this entry must have.
+    pub target_session_attrs: Option<TargetSessionAttrs>,
     pub connect_query: Option<String>,
     pub client_encoding: Option<String>,
     pub datestyle: Option<String>,
@@ -100,6 +102,9 @@ impl DatabaseEntry {
             "query_wait_timeout" => self.query_wait_timeout = opt_u32(key, &val)?,
             "pool_mode" => self.pool_mode = Some(pool_mode(&val)?),
             "load_balance_hosts" => self.load_balance_hosts = Some(LoadBalanceHosts::parse(&val)?),
+            "target_session_attrs" => {
+                self.target_session_attrs = Some(TargetSessionAttrs::parse(&val)?)
+            }
             "connect_query" => self.connect_query = Some(val),
             "client_encoding" => self.client_encoding = Some(val),
             "datestyle" => self.datestyle = Some(val),
@@ -144,6 +149,7 @@ impl DatabaseEntry {
             || self.auth_query != other.auth_query
             || self.auth_user != other.auth_user
             || self.load_balance_hosts != other.load_balance_hosts
+            || self.target_session_attrs != other.target_session_attrs
             || self.client_encoding != other.client_encoding
             || self.datestyle != other.datestyle
             || self.timezone != other.timezone
@@ -176,6 +182,7 @@ impl fmt::Debug for DatabaseEntry {
             .field("query_wait_timeout", &self.query_wait_timeout)
             .field("pool_mode", &self.pool_mode)
             .field("load_balance_hosts", &self.load_balance_hosts)
+            .field("target_session_attrs", &self.target_session_attrs)
             .field("connect_query", &self.connect_query)
             .field("client_encoding", &self.client_encoding)
             .field("datestyle", &self.datestyle)
@@ -316,6 +323,23 @@ mod tests {
     }
 
     #[test]
+    fn target_session_attrs() {
+        let db = parse("d", "host=a,b target_session_attrs=prefer-standby").unwrap();
+        assert_eq!(
+            db.target_session_attrs,
+            Some(TargetSessionAttrs::PreferStandby)
+        );
+        assert_eq!(parse("d", "host=a").unwrap().target_session_attrs, None);
+        let e = parse("d", "host=a target_session_attrs=master")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("p.ini") && e.contains('7') && e.contains("target_session_attrs"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn connection_difference() {
         let a = parse("d", "host=a pool_size=5").unwrap();
         let b = parse("d", "host=a pool_size=50 pool_mode=statement").unwrap();
@@ -331,6 +355,7 @@ mod tests {
             "host=a auth_query=x",
             "host=a auth_user=x",
             "host=a load_balance_hosts=disable",
+            "host=a target_session_attrs=read-write",
             "host=a client_encoding=LATIN1",
             "host=a datestyle=ISO",
             "host=a timezone=UTC",

@@ -41,7 +41,10 @@ pub use hba_match::{ClientAddr, HbaRequest, HbaVerdict};
 pub use ident::{load_ident, parse_ident, IdentMaps};
 pub use load::{load, parse_str, Config};
 pub use markdown::settings_markdown;
-pub use modes::{AuthType, ExporterNames, LoadBalanceHosts, PoolMode, ServerCheckQuery, TlsMode};
+pub use modes::{
+    AuthType, ExporterNames, LoadBalanceHosts, PoolMode, ServerCheckQuery, TargetSessionAttrs,
+    TlsMode,
+};
 pub use peer::PeerEntry;
 pub use settings::{
     Settings, SluiceSettings, AUTH_QUERY_DEFAULT, PGBOUNCER_SETTINGS, SLUICE_SETTINGS,
@@ -50,4 +53,4 @@ pub use settings::{
 pub use settings_macro::{find_def, Effect, SettingDef};
 pub use user::UserEntry;
 pub use userlist::{load_userlist, parse_userlist};
-pub use value::{format_g, AuthDbname, FileMode, Seconds, SettingValue};
+pub use value::{format_g, AuthDbname, FileMode, ReplicaLag, Seconds, SettingValue};

@@ -15,7 +15,30 @@ pub fn settings_markdown() -> String {
     );
     section(&mut out, "[pgbouncer]", PGBOUNCER_SETTINGS);
     section(&mut out, "[sluice]", SLUICE_SETTINGS);
+    databases_extras(&mut out);
     out
+}
+
+/// The `[databases]` connect-string keys Sluice adds to PgBouncer's.
+fn databases_extras(out: &mut String) {
+    out.push_str(
+        "## [databases] keys Sluice adds
+
+",
+    );
+    out.push_str(
+        "| Key | Values | Description |
+|---|---|---|
+",
+    );
+    out.push_str(&format!(
+        "| `target_session_attrs` | {} | libpq's meaning: the role a server of the entry must have (`any`, the default: whatever the host is; `read-write`: neither in recovery nor default_transaction_read_only; `read-only`: the opposite; `primary` / `standby`: not in / in recovery; `prefer-standby`: standbys first, else any). Learned at login from the in_hot_standby and default_transaction_read_only ParameterStatus (PostgreSQL 14+), else asked; a server of the wrong role is closed and the next host tried. An entry that sets it, with a host list or a value other than `any`, gets health checks and failover (failover_timeout, host_check_interval, max_replica_lag; SHOW HOSTS); an entry without it connects as PgBouncer's does, host list or not. |\n\n",
+        crate::TargetSessionAttrs::KEYWORDS
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
 }
 
 fn section(out: &mut String, title: &str, defs: &[SettingDef]) {
@@ -78,7 +101,9 @@ mod tests {
             );
         }
         let rows = md.lines().filter(|l| l.starts_with("| `")).count();
-        assert_eq!(rows, PGBOUNCER_SETTINGS.len() + SLUICE_SETTINGS.len());
+        // One more: the [databases] key Sluice adds.
+        assert_eq!(rows, PGBOUNCER_SETTINGS.len() + SLUICE_SETTINGS.len() + 1);
+        assert!(md.contains("| `target_session_attrs` | `any`, `read-write`"));
         assert!(md.contains("| `listen_port` | `6432` | no | yes |"));
         assert!(md.contains("| `server_check_query` | `&lt;empty&gt;` | yes | yes |"));
     }

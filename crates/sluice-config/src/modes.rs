@@ -1,4 +1,5 @@
-//! Keyword-valued setting types (pool_mode, auth_type, sslmode, load_balance_hosts, server_check_query).
+//! Keyword-valued setting types (pool_mode, auth_type, sslmode, load_balance_hosts,
+//! target_session_attrs, server_check_query).
 
 use crate::value::SettingValue;
 
@@ -118,6 +119,18 @@ keyword_enum!(
     LoadBalanceHosts, "load_balance_hosts", default RoundRobin {
         RoundRobin => "round-robin",
         Disable => "disable",
+    }
+);
+
+keyword_enum!(
+    /// libpq's `target_session_attrs` in a [databases] entry: which role a server must have.
+    TargetSessionAttrs, "target_session_attrs", default Any {
+        Any => "any",
+        ReadWrite => "read-write",
+        ReadOnly => "read-only",
+        Primary => "primary",
+        Standby => "standby",
+        PreferStandby => "prefer-standby",
     }
 );
 

@@ -2,7 +2,7 @@
 
 use crate::modes::{AuthType, ExporterNames, PoolMode, ServerCheckQuery, TlsMode};
 use crate::settings_macro::declare_settings;
-use crate::value::{AuthDbname, FileMode, Seconds};
+use crate::value::{AuthDbname, FileMode, ReplicaLag, Seconds};
 
 /// PgBouncer's default `auth_query` (with the VALID UNTIL check added in 1.24.1).
 pub const AUTH_QUERY_DEFAULT: &str = "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE rolname=$1 AND rolcanlogin";
@@ -122,7 +122,10 @@ declare_settings! {
 declare_settings! {
     /// The `[sluice]` section: settings PgBouncer does not have.
     pub struct SluiceSettings in SLUICE_SETTINGS {
+        failover_timeout: Seconds = "30", reloadable, supported, "Databases whose [databases] entry sets target_session_attrs: how long a client waiting for a server is held while no host of the role it needs is in rotation (a failover or switchover under way) before it gets SQLSTATE 08006 saying why; 0 = fail at once. query_wait_timeout still applies to a waiting client: keep it above this.";
+        host_check_interval: Seconds = "1", reloadable, supported, "Databases whose [databases] entry sets target_session_attrs (with a host list, or a role other than any): seconds between health checks of each host (one checker per distinct host, shared by every pool that uses it; it logs in as the pool that first used the host). A failed server connect checks the host again at once.";
         max_pinned_clients: u32 = "0", reloadable, supported, "Transaction/statement mode: most clients per pool that session state may pin to their server at once (0 = no limit); past it such statements fail with 0A000.";
+        max_replica_lag: ReplicaLag = "0", reloadable, supported, "How far a standby may replay behind before it is taken out of rotation (and its idle servers closed): a time (10s, 500ms: now() - pg_last_xact_replay_timestamp() while WAL is pending) or a WAL distance (16MB, or plain bytes, against the primary's pg_current_wal_lsn()); 0 = no limit.";
         metrics_auth_file: String = "", reloadable(MetricsAccess), supported, "File in auth_file format (`\"user\" \"password\"` per line, plaintext passwords) naming who may read the HTTP endpoint with basic auth; /health, /health/ready and /health/live stay open for probes; empty = no auth.";
         metrics_exporter_names: ExporterNames = "current", reloadable, supported, "Names of the pgbouncer_exporter families on /metrics: current = those of pgbouncer_exporter v0.11 and later (as of v0.12.1: pgbouncer_stats_totals_* from SHOW STATS_TOTALS, pgbouncer_client_connections, pgbouncer_databases_reserve_pool); v0.10 = those of v0.10.x and earlier (pgbouncer_stats_* from SHOW STATS, and pgbouncer_server_connections), for dashboards not yet moved.";
         metrics_listen_addr: Option<String> = "", fixed, supported, "host:port of the HTTP listener serving Prometheus /metrics and /health (e.g. 127.0.0.1:9127); empty = off.";

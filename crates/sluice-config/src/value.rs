@@ -154,6 +154,63 @@ impl SettingValue for Seconds {
     }
 }
 
+/// max_replica_lag: how far a standby may replay behind before it leaves rotation, as a time
+/// (`10s`, `500ms`, `2min`) or a WAL distance (`16MB`, `512kB`, plain bytes); `0` = no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplicaLag {
+    #[default]
+    Unlimited,
+    Time(Duration),
+    Bytes(u64),
+}
+
+impl SettingValue for ReplicaLag {
+    fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let bad = || {
+            format!("invalid replica lag '{t}' (expected a time such as 10s or 500ms, or a size such as 16MB)")
+        };
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = (&t[..split], t[split..].trim());
+        let v: f64 = num.parse().map_err(|_| bad())?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(bad());
+        }
+        if v == 0.0 {
+            return Ok(ReplicaLag::Unlimited);
+        }
+        let time = |secs: f64| Duration::try_from_secs_f64(secs).map(ReplicaLag::Time);
+        let bytes = |mult: f64| {
+            let b = v * mult;
+            if b >= 1.0 && b < u64::MAX as f64 {
+                Ok(ReplicaLag::Bytes(b as u64))
+            } else {
+                Err(bad())
+            }
+        };
+        match unit.to_ascii_lowercase().as_str() {
+            "ms" => time(v / 1000.0).map_err(|_| bad()),
+            "s" | "sec" | "secs" => time(v).map_err(|_| bad()),
+            "min" => time(v * 60.0).map_err(|_| bad()),
+            "" | "b" | "bytes" => bytes(1.0),
+            "kb" => bytes(1024.0),
+            "mb" => bytes(1024.0 * 1024.0),
+            "gb" => bytes(1024.0 * 1024.0 * 1024.0),
+            _ => Err(bad()),
+        }
+    }
+    fn render(&self) -> String {
+        match self {
+            ReplicaLag::Unlimited => "0".into(),
+            ReplicaLag::Time(d) if d.subsec_millis() != 0 => format!("{}ms", d.as_millis()),
+            ReplicaLag::Time(d) => format!("{}s", d.as_secs()),
+            ReplicaLag::Bytes(b) => format!("{b}"),
+        }
+    }
+}
+
 /// A Unix file mode; parsed like C `strtol(.., 0)` (leading 0 = octal, 0x = hex), rendered in octal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FileMode(pub u32);
@@ -282,6 +339,23 @@ mod tests {
         assert!(Seconds::parse("10s").is_err());
         assert_eq!(Seconds(f64::MAX).as_duration(), None);
         assert_eq!(Seconds(-3.0).as_duration(), None);
+    }
+
+    #[test]
+    fn replica_lag() {
+        let p = |s| ReplicaLag::parse(s);
+        assert_eq!(p("0"), Ok(ReplicaLag::Unlimited));
+        assert_eq!(p("10s"), Ok(ReplicaLag::Time(Duration::from_secs(10))));
+        assert_eq!(p("500ms"), Ok(ReplicaLag::Time(Duration::from_millis(500))));
+        assert_eq!(p("2min"), Ok(ReplicaLag::Time(Duration::from_secs(120))));
+        assert_eq!(p("16MB"), Ok(ReplicaLag::Bytes(16 << 20)));
+        assert_eq!(p("1000"), Ok(ReplicaLag::Bytes(1000)));
+        for bad in ["", "x", "10 parsecs", "-1s", "nan"] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+        for v in ["0", "10s", "1500ms", "4096"] {
+            assert_eq!(p(v).unwrap().render(), v);
+        }
     }
 
     #[test]

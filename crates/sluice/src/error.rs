@@ -83,6 +83,10 @@ pub enum ServerError {
     /// TLS to the server failed (refused, certificate not verified, handshake error).
     #[error("{0}")]
     Tls(String),
+    /// No host of the database's target_session_attrs came into rotation within
+    /// failover_timeout (the message says which hosts were tried and why each did not fit).
+    #[error("{0}")]
+    NoHost(String),
 }
 
 impl ServerError {
@@ -94,6 +98,9 @@ impl ServerError {
                 sqlstate::PROTOCOL_VIOLATION,
                 "server login failed: wrong password type",
             ),
+            ServerError::NoHost(msg) => {
+                ClientNotice::new(sqlstate::CONNECTION_FAILURE, msg.clone())
+            }
             other => ClientNotice::new(
                 sqlstate::CONNECTION_FAILURE,
                 format!("pooler error: {other}"),
@@ -132,7 +139,10 @@ impl ServerError {
     pub fn is_login_rejection(&self) -> bool {
         match self {
             ServerError::Login(f) => f.code != sqlstate::CANNOT_CONNECT_NOW,
-            ServerError::Auth(_) | ServerError::WrongPasswordType(_) | ServerError::Tls(_) => true,
+            ServerError::Auth(_)
+            | ServerError::WrongPasswordType(_)
+            | ServerError::Tls(_)
+            | ServerError::NoHost(_) => true,
             _ => false,
         }
     }

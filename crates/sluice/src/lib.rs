@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod error;
 pub mod fast_close;
 pub mod forward;
+pub mod hosts;
 pub mod ids;
 pub mod json;
 pub mod keyed_hash;

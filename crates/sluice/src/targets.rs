@@ -14,6 +14,7 @@ use crate::pool::rules::{PoolLimits, ServerTimeouts};
 use crate::pool::{PoolSettings, RelayTimeouts, SessionKnobs};
 use crate::server::connect::ConnectOptions;
 use crate::server::log::ServerLog;
+use crate::server::target::FailoverSettings;
 use crate::server::{ServerAddr, ServerTarget};
 use crate::tls::ServerTls;
 
@@ -133,6 +134,22 @@ fn server_target(
         db.connect_query.clone(),
     )
     .with_balance(db.load_balance_hosts.unwrap_or_default())
+    .with_failover(
+        db.target_session_attrs,
+        FailoverSettings {
+            failover_timeout: cfg
+                .sluice
+                .failover_timeout
+                .as_duration()
+                .unwrap_or_default(),
+            check_interval: cfg
+                .sluice
+                .host_check_interval
+                .as_duration()
+                .unwrap_or(Duration::from_secs(1)),
+            max_lag: cfg.sluice.max_replica_lag,
+        },
+    )
 }
 
 /// Effective settings of the pool (db, login_user): the one place pool settings are built (new

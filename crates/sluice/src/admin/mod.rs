@@ -6,6 +6,7 @@ pub mod parse;
 pub mod result;
 pub mod session;
 pub mod show_conns;
+pub mod show_hosts;
 pub mod show_misc;
 pub mod show_pools;
 pub mod show_stats;
@@ -164,6 +165,7 @@ pub fn show(app: &Arc<App>, what: &str) -> Result<ResultSet, AdminError> {
         "mem" => show_misc::mem(app),
         "config" => show_misc::config(app),
         "dns_hosts" => show_misc::dns_hosts(app),
+        "hosts" => show_hosts::hosts(app),
         "dns_zones" => show_misc::dns_zones(),
         "version" => show_misc::version(),
         "workers" => show_workers::workers(app),

@@ -76,10 +76,12 @@ pub fn json(app: &Arc<App>) -> String {
     let advice = crate::advice::to_json(&app.advisor.findings(app));
     let servers: usize = live.iter().map(|p| p.servers_book.all().len()).sum();
     let pg = postgres_servers(app, &live);
+    let hosts = hosts(app);
     format!(
         "{{\"time_ms\":{now_ms},\"bounds_us\":{},\"process\":{{\"rss_bytes\":{rss},\
          \"cpu_seconds\":{cpu},\"clients\":{},\"max_client_conn\":{},\"workers\":[{}],\
-         \"servers\":{servers},\"postgres\":[{}]}},\"pools\":[{}],\"advice\":{}}}\n",
+         \"servers\":{servers},\"postgres\":[{}]}},\"pools\":[{}],\"advice\":{},\
+         \"hosts\":[{}]}}\n",
         list(BOUNDS_US.iter().copied()),
         app.client_count.load(Ordering::Relaxed),
         cfg.settings.max_client_conn,
@@ -87,7 +89,30 @@ pub fn json(app: &Arc<App>) -> String {
         pg.join(","),
         pools.join(","),
         advice.trim_end(),
+        hosts.join(","),
     )
+}
+
+/// The hosts of databases with target_session_attrs, as SHOW HOSTS has them.
+fn hosts(app: &App) -> Vec<String> {
+    let Some(book) = app.pools.host_book() else {
+        return Vec::new();
+    };
+    book.all()
+        .iter()
+        .map(|h| {
+            let v = h.view();
+            format!(
+                "{{\"addr\":\"{}\",\"role\":\"{}\",\"healthy\":{},\"reason\":\"{}\",\"lag_ms\":{}}}",
+                esc(&h.addr.to_string()),
+                v.role.as_str(),
+                v.healthy,
+                esc(v.out_reason.as_deref().unwrap_or("")),
+                v.lag_time
+                    .map_or_else(|| "null".to_string(), |d| d.as_millis().to_string()),
+            )
+        })
+        .collect()
 }
 
 /// Each PostgreSQL server whose max_connections Sluice has learned (`server::facts`): its

@@ -9,6 +9,7 @@ mod basic_auth;
 mod dashboard;
 mod exporter;
 mod exporter_families;
+mod hosts;
 mod http;
 pub mod process;
 pub mod render;

@@ -662,6 +662,7 @@ pub fn render(app: &std::sync::Arc<App>) -> String {
     databases(&mut out, app);
     lists(&mut out, app);
     histograms(&mut out, app);
+    super::hosts::render(&mut out, app);
     super::exporter::render(&mut out, app);
     out.text
 }

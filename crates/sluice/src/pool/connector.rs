@@ -9,6 +9,7 @@ use std::sync::Arc;
 use sluice_protocol::ScramKeys;
 
 use crate::error::ServerError;
+use crate::hosts::HostBook;
 use crate::server::connect::{self, ConnectOptions};
 use crate::server::facts::{self, ServerFactsBook};
 use crate::server::{ServerConn, ServerTarget};
@@ -50,6 +51,11 @@ pub trait Connector: Send + Sync + 'static {
     fn dns(&self) -> Option<&crate::net::dns::DnsCache> {
         None
     }
+
+    /// The health of the hosts of databases with failover (None: this connector checks none).
+    fn host_book(&self) -> Option<&HostBook> {
+        None
+    }
 }
 
 /// Connects to real servers over TCP or Unix sockets, numbering them (the S-<id> of log lines and
@@ -61,14 +67,18 @@ pub struct PgConnector {
     facts: Arc<ServerFactsBook>,
     /// Server host names resolved (dns_max_ttl, dns_nxdomain_ttl).
     dns: Arc<crate::net::dns::DnsCache>,
+    /// Host roles and health of databases with a host list or target_session_attrs.
+    hosts: Arc<HostBook>,
 }
 
 impl Default for PgConnector {
     fn default() -> Self {
+        let dns: Arc<crate::net::dns::DnsCache> = Arc::default();
         PgConnector {
             next_id: Arc::new(AtomicU64::new(1)),
             facts: Arc::default(),
-            dns: Arc::default(),
+            hosts: Arc::new(HostBook::new(dns.clone())),
+            dns,
         }
     }
 }
@@ -83,8 +93,12 @@ impl Connector for PgConnector {
         let id = crate::ids::ServerId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let book = self.facts.clone();
         let dns = self.dns.clone();
+        let hosts = self.hosts.clone();
         Box::pin(async move {
-            let mut conn = connect::open(id, &target, keys.as_ref(), &opts, &dns).await?;
+            let mut conn = match &target.failover {
+                Some(f) => hosts.connect(id, &target, keys.as_ref(), &opts, f).await?,
+                None => connect::open(id, &target, keys.as_ref(), &opts, &dns).await?,
+            };
             let addr = conn.addr.to_string();
             if book.claim(&addr) {
                 let asked = facts::learn(&mut conn, opts.max_packet_size);
@@ -127,5 +141,9 @@ impl Connector for PgConnector {
 
     fn server_facts(&self) -> Option<&ServerFactsBook> {
         Some(&self.facts)
+    }
+
+    fn host_book(&self) -> Option<&HostBook> {
+        Some(&self.hosts)
     }
 }

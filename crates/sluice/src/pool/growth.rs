@@ -136,6 +136,9 @@ impl Pool {
                     st.retry_wanted = false;
                     self.failing.store(false, Ordering::Relaxed);
                 }
+                if let Some(held) = conn.host.as_ref().and_then(|t| t.held) {
+                    self.log_failover_ended(&conn, held);
+                }
                 // Handed to a waiter or parked idle; never used yet, so server_lifetime does not
                 // close it (a lifetime of 0 means "used once").
                 self.give_back_unused(PooledServer::new(conn));
@@ -148,6 +151,9 @@ impl Pool {
     }
 
     fn login_failed(self: &Arc<Self>, e: ServerError, connecting: Connecting, started: Instant) {
+        if let ServerError::NoHost(_) = &e {
+            return self.failover_timed_out(e, connecting, started);
+        }
         // A server's own refusal was logged with the server's id where it came (`ServerLog`).
         if !matches!(e, ServerError::Login(_)) {
             tracing::warn!("{}: server login failed: {}", self.key, e);
@@ -181,5 +187,53 @@ impl Pool {
                 let _ = w.tx.send(Err(PoolError::Rejected(Box::new(n.clone()))));
             }
         }
+    }
+
+    /// A held connect gave up after failover_timeout: the clients that waited that long get the
+    /// reason (08006); later ones stay in line for the next attempt, which holds again. No login
+    /// failure is cached: the next client is held too, not refused at once.
+    fn failover_timed_out(
+        self: &Arc<Self>,
+        e: ServerError,
+        connecting: Connecting,
+        started: Instant,
+    ) {
+        tracing::warn!("{}: {}", self.key, e);
+        {
+            let mut st = self.state.lock();
+            connecting.finish(&mut st);
+        }
+        let notice = e.client_notice();
+        let expired = self.drain_waiters_since(started);
+        tracing::warn!(
+            "{}: failover did not end within failover_timeout: {} held clients get an error",
+            self.key,
+            expired.len()
+        );
+        for w in expired {
+            let _ =
+                w.tx.send(Err(PoolError::Rejected(Box::new(notice.clone()))));
+        }
+        self.kick();
+    }
+
+    /// The first server of a failover's held connects: one line per failover, with the wait and
+    /// how many clients were held.
+    fn log_failover_ended(&self, conn: &crate::server::ServerConn, held: std::time::Duration) {
+        let now = Instant::now();
+        {
+            let mut st = self.state.lock();
+            if st.failover_logged.is_some_and(|t| now - t < held) {
+                return;
+            }
+            st.failover_logged = Some(now);
+        }
+        tracing::info!(
+            "{}: failover ended: new server on {} after {:.1}s, {} clients were held",
+            self.key,
+            conn.addr,
+            held.as_secs_f64(),
+            self.waiting()
+        );
     }
 }

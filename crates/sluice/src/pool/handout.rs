@@ -367,6 +367,10 @@ impl Pool {
             if self.close_needed(conn.id, conn.generation, settings) {
                 continue;
             }
+            if conn.host_retired() {
+                settings.connect.log.closing_conn(&conn, reason::HOST_OUT);
+                continue;
+            }
             let age = now.saturating_duration_since(conn.created);
             if !rules::within_lifetime(age, conn.served, &settings.timeouts) {
                 settings.connect.log.closing_conn(&conn, reason::LIFETIME);
@@ -417,8 +421,10 @@ impl Pool {
         };
         conn.last_used = now;
         conn.served |= served;
-        let clean =
-            reusable && conn.is_clean() && !self.close_needed(conn.id, conn.generation, settings);
+        let clean = reusable
+            && conn.is_clean()
+            && !self.close_needed(conn.id, conn.generation, settings)
+            && !conn.host_retired();
         let expired = clean
             && conn.served
             && !rules::within_lifetime(now - conn.created, true, &settings.timeouts);

@@ -99,6 +99,8 @@ struct PoolState {
     /// A client was refused with the cached login error after server_login_retry had passed: one
     /// new attempt is due (no client waits for it).
     retry_wanted: bool,
+    /// When "failover ended" was last logged (once per failover, not per held connect).
+    failover_logged: Option<Instant>,
 }
 
 /// Counts SHOW POOLS and the janitor read off a pool.
@@ -240,6 +242,10 @@ impl Pool {
     pub fn update_settings(self: &Arc<Self>, new: PoolSettings) {
         let old_generation = self.settings.load().generation;
         let changed = new.generation != old_generation;
+        if let (Some(book), Some(_)) = (self.connector.host_book(), &new.target.failover) {
+            let keys = self.scram_keys();
+            book.adopt(&new.target, keys.as_ref(), &new.connect);
+        }
         self.settings.store(Arc::new(new));
         self.settings_version.fetch_add(1, Ordering::Release);
         if changed {
@@ -351,6 +357,19 @@ impl Pool {
     /// Take every shard's waiters.
     fn drain_waiters(&self) -> Vec<Waiter> {
         self.drain_each(|l| l.waiters.drain(..).collect())
+    }
+
+    /// Take the waiters that joined at or before `cutoff` (each line is ordered by `since`).
+    fn drain_waiters_since(&self, cutoff: Instant) -> Vec<Waiter> {
+        self.drain_each(|l| {
+            let n = l.waiters.iter().take_while(|w| w.since <= cutoff).count();
+            l.waiters.drain(..n).collect()
+        })
+    }
+
+    /// Clients waiting for a server now.
+    pub fn waiting(&self) -> usize {
+        self.shards.iter().map(|s| s.waiting_hint()).sum()
     }
 
     fn drain_each<T>(&self, take: impl Fn(&mut shard::Lists) -> Vec<T>) -> Vec<T> {
@@ -497,7 +516,10 @@ impl Pool {
                     settings.limits.min_pool_size,
                     &settings.timeouts,
                 );
-                if why.is_some() || self.close_needed(conn.id, conn.generation, &settings) {
+                if why.is_some()
+                    || self.close_needed(conn.id, conn.generation, &settings)
+                    || conn.host_retired()
+                {
                     total = total.saturating_sub(1);
                     closing.extend(l.idle.remove(i).map(|c| (c, why)));
                 } else {
@@ -519,6 +541,7 @@ impl Pool {
                 Some(rules::IdleClose::IdleTimeout) => {
                     settings.connect.log.closing_conn(c, reason::IDLE_TIMEOUT)
                 }
+                None if c.host_retired() => settings.connect.log.closing_conn(c, reason::HOST_OUT),
                 None => tracing::debug!("S-{}: {} closing idle server", c.id, self.key),
             }
         }

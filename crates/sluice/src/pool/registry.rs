@@ -62,6 +62,11 @@ impl PoolRegistry {
         self.connector.dns()
     }
 
+    /// Host roles and health of databases with failover (SHOW HOSTS, /metrics, read routing).
+    pub fn host_book(&self) -> Option<&crate::hosts::HostBook> {
+        self.connector.host_book()
+    }
+
     /// A fresh config generation number (reload bumps it for databases whose login changed).
     pub fn next_generation(&self) -> u64 {
         self.generation.fetch_add(1, Ordering::Relaxed) + 1

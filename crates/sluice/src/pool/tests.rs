@@ -22,6 +22,7 @@ use crate::server::{ServerAddr, ServerTarget};
 use crate::workers::cross::CrossEvent;
 
 mod config;
+mod failover;
 mod lifetime;
 mod retry;
 mod workers;

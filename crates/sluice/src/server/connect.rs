@@ -42,6 +42,23 @@ pub async fn open(
         return Err(ServerError::Unexpected("database has no host".into()));
     };
     let addr = addr.clone();
+    let r = open_addr(id, &addr, target, keys, opts, dns).await;
+    if r.is_err() {
+        target.connect_failed(index);
+    }
+    r
+}
+
+/// `open` to one given host of the target (failover's host choice, the health checker).
+pub async fn open_addr(
+    id: crate::ids::ServerId,
+    addr: &ServerAddr,
+    target: &ServerTarget,
+    keys: Option<&ScramKeys>,
+    opts: &ConnectOptions,
+    dns: &crate::net::dns::DnsCache,
+) -> Result<ServerConn, ServerError> {
+    let addr = addr.clone();
     let started = tokio::time::Instant::now();
     let work = async {
         let (stream, tls) = match &addr {
@@ -96,7 +113,6 @@ pub async fn open(
             }
             opts.log
                 .closing(id, &addr, started.elapsed(), &e.close_reason());
-            target.connect_failed(index);
         }
     }
     r

@@ -13,6 +13,8 @@ pub mod reason {
     pub const LIFETIME: &str = "server lifetime over";
     pub const IDLE_TIMEOUT: &str = "server idle timeout";
     pub const EVICTED: &str = "evicted";
+    /// Its host left rotation or changed role (failover, lag, a stale primary).
+    pub const HOST_OUT: &str = "host out of rotation or changed role";
 }
 
 /// How one pool's servers are logged: its name in the lines and the two switches, as of the

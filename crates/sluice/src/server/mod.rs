@@ -55,6 +55,9 @@ pub struct ServerConn {
     pub tls: Option<crate::tls::connector::ServerTlsInfo>,
     /// The worker whose IO driver the socket is registered with (see `workers`).
     pub home: u16,
+    /// The host's health at connect (databases with failover only): the server closes when next
+    /// released once its host left rotation or changed role.
+    pub host: Option<crate::hosts::HostTicket>,
 }
 
 impl ServerConn {
@@ -79,6 +82,7 @@ impl ServerConn {
             gucs_owner: None,
             tls: None,
             home: crate::workers::current(),
+            host: None,
         }
     }
 
@@ -88,6 +92,12 @@ impl ServerConn {
             t.record().set_prepared(self.prepared.len());
             t.record().set_state(state, at.into_std());
         }
+    }
+
+    /// Its host left rotation or changed role since it connected (never for a single-host
+    /// database without target_session_attrs: no ticket, no atomic load).
+    pub fn host_retired(&self) -> bool {
+        self.host.as_ref().is_some_and(|t| t.retired())
     }
 
     /// A server can go back to the pool only when idle with nothing unread.

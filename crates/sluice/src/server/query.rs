@@ -113,3 +113,28 @@ pub(crate) async fn send_query(conn: &mut ServerConn, sql: &str) -> Result<(), S
     conn.stream.write_all(&out).await?;
     Ok(())
 }
+
+/// Run `sql` and return every column of its first row as text (empty for no row), for the
+/// pooler's own look at a server (its role, its WAL position).
+pub async fn run_row(
+    conn: &mut ServerConn,
+    sql: &str,
+    max_len: usize,
+) -> Result<Vec<Option<String>>, ServerError> {
+    send_query(conn, sql).await?;
+    let mut values = Vec::new();
+    let mut first = true;
+    drain_to_ready(conn, max_len, None, |body| {
+        if std::mem::take(&mut first) {
+            if let Ok(row) = decode_data_row(body) {
+                values = row
+                    .into_iter()
+                    .map(|v| v.map(|v| String::from_utf8_lossy(v).into_owned()))
+                    .collect();
+            }
+        }
+        None
+    })
+    .await?;
+    Ok(values)
+}

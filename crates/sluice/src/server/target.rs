@@ -4,11 +4,13 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use sluice_config::LoadBalanceHosts;
+use std::time::Duration;
+
+use sluice_config::{LoadBalanceHosts, ReplicaLag, TargetSessionAttrs};
 use sluice_protocol::StoredSecret;
 
 /// A server address: TCP host:port or a Unix socket path (`<dir>/.s.PGSQL.<port>`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ServerAddr {
     Tcp { host: String, port: u16 },
     Unix { path: PathBuf },
@@ -87,6 +89,19 @@ pub struct ServerTarget {
     pub balance: LoadBalanceHosts,
     /// Round-robin: the next pick; disable: the host in use.
     next_addr: AtomicUsize,
+    /// libpq's target_session_attrs of the [databases] entry.
+    pub attrs: TargetSessionAttrs,
+    /// Set for a host list or a target_session_attrs other than `any`: hosts are health-checked
+    /// and chosen by role (`hosts/`); unset, a server connects as before.
+    pub failover: Option<FailoverSettings>,
+}
+
+/// The [sluice] settings of host health and failover, as of the pool's last settings refresh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailoverSettings {
+    pub failover_timeout: Duration,
+    pub check_interval: Duration,
+    pub max_lag: ReplicaLag,
 }
 
 impl fmt::Debug for ServerTarget {
@@ -118,6 +133,32 @@ impl ServerTarget {
             connect_query,
             balance: LoadBalanceHosts::RoundRobin,
             next_addr: AtomicUsize::new(0),
+            attrs: TargetSessionAttrs::Any,
+            failover: None,
+        }
+    }
+
+    /// target_session_attrs (None: not in the entry) and the failover settings: health checks and
+    /// role-aware host choice when the entry sets it, for a host list or a role other than `any`.
+    /// An entry without it connects as PgBouncer's does, host list or not (an unchanged
+    /// pgbouncer.ini gets no extra connection to any host).
+    pub fn with_failover(
+        mut self,
+        attrs: Option<TargetSessionAttrs>,
+        settings: FailoverSettings,
+    ) -> Self {
+        self.attrs = attrs.unwrap_or_default();
+        self.failover = attrs
+            .is_some_and(|a| self.addrs.len() > 1 || a != TargetSessionAttrs::Any)
+            .then_some(settings);
+        self
+    }
+
+    /// Where a round-robin pass over the hosts starts (failover's host choice).
+    pub fn rotation_start(&self) -> usize {
+        match self.balance {
+            LoadBalanceHosts::RoundRobin => self.next_addr.fetch_add(1, Ordering::Relaxed),
+            LoadBalanceHosts::Disable => 0,
         }
     }
 
@@ -159,6 +200,7 @@ impl ServerTarget {
             && self.startup_params == other.startup_params
             && self.connect_query == other.connect_query
             && self.balance == other.balance
+            && self.attrs == other.attrs
     }
 }
 
@@ -198,6 +240,32 @@ mod tests {
         let a = t.pick_addr().unwrap().1.to_string();
         let b = t.pick_addr().unwrap().1.to_string();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn failover_only_where_the_entry_asks_for_it() {
+        let f = FailoverSettings {
+            failover_timeout: Duration::from_secs(1),
+            check_interval: Duration::from_secs(1),
+            max_lag: ReplicaLag::Unlimited,
+        };
+        let t = |hosts: &str, attrs| {
+            ServerTarget::new(
+                ServerAddr::parse_hosts(Some(hosts), 1, "/tmp"),
+                "d".into(),
+                "u".into(),
+                None,
+                vec![],
+                None,
+            )
+            .with_failover(attrs, f)
+            .failover
+            .is_some()
+        };
+        assert!(!t("a,b", None), "a plain host list connects as PgBouncer's");
+        assert!(!t("a", Some(TargetSessionAttrs::Any)));
+        assert!(t("a,b", Some(TargetSessionAttrs::Any)));
+        assert!(t("a", Some(TargetSessionAttrs::ReadWrite)));
     }
 
     #[test]
