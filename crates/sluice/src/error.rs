@@ -91,6 +91,14 @@ pub enum ServerError {
     /// TLS to the server failed (refused, certificate not verified, handshake error).
     #[error("{0}")]
     Tls(String),
+    /// The pooler refused what a server sent or asked for during login (more SCRAM iterations than
+    /// server_scram_max_iterations, a method server_require_auth does not allow, an oversized or
+    /// out-of-place message): that login ends and the clients waiting for it are told.
+    #[error("server login refused: {reason}")]
+    Refused {
+        sqlstate: &'static str,
+        reason: String,
+    },
 }
 
 impl ServerError {
@@ -102,6 +110,9 @@ impl ServerError {
                 sqlstate::PROTOCOL_VIOLATION,
                 "server login failed: wrong password type",
             ),
+            ServerError::Refused { sqlstate, reason } => {
+                ClientNotice::new(sqlstate, format!("server login failed: {reason}"))
+            }
             other => ClientNotice::new(
                 sqlstate::CONNECTION_FAILURE,
                 format!("pooler error: {other}"),
@@ -140,7 +151,10 @@ impl ServerError {
     pub fn is_login_rejection(&self) -> bool {
         match self {
             ServerError::Login(f) => f.code != sqlstate::CANNOT_CONNECT_NOW,
-            ServerError::Auth(_) | ServerError::WrongPasswordType(_) | ServerError::Tls(_) => true,
+            ServerError::Auth(_)
+            | ServerError::WrongPasswordType(_)
+            | ServerError::Tls(_)
+            | ServerError::Refused { .. } => true,
             _ => false,
         }
     }

@@ -216,7 +216,10 @@ async fn run(
             Some(StoredSecret::Scram(s)) => Box::pin(scram(app, client, user, Some(s), true)).await,
             Some(StoredSecret::Plain(p)) => {
                 let iterations = app.config().settings.scram_iterations;
-                let adhoc = app.scram_cache.adhoc(user, &p, iterations, &app.mock_key);
+                let adhoc = app
+                    .scram_cache
+                    .adhoc(user, &p, iterations, &app.mock_key)
+                    .await;
                 Box::pin(scram(app, client, user, Some(adhoc), false))
                     .await
                     .map(|_| known(Some(StoredSecret::Plain(p))))
@@ -331,7 +334,8 @@ async fn plain(
         Some(StoredSecret::Scram(s)) => {
             let derived = app
                 .scram_cache
-                .derive(user, password, &s.salt, s.iterations);
+                .derive(user, password, &s.salt, s.iterations)
+                .await;
             constant_time_eq(&derived.stored_key, &s.stored_key)
                 & constant_time_eq(&derived.server_key, &s.server_key)
         }

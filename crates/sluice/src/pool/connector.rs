@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sluice_protocol::ScramKeys;
 
+use crate::auth::cpu::AuthCpu;
 use crate::error::ServerError;
 use crate::server::connect::{self, ConnectOptions};
 use crate::server::facts::{self, ServerFactsBook};
@@ -45,6 +46,12 @@ pub trait Connector: Send + Sync + 'static {
     fn server_facts(&self) -> Option<&ServerFactsBook> {
         None
     }
+
+    /// The bounded pool its logins run key derivations on, for the pooler's client logins to
+    /// share (None: clients get a pool of their own).
+    fn auth_cpu(&self) -> Option<AuthCpu> {
+        None
+    }
 }
 
 /// Connects to real servers over TCP or Unix sockets, numbering them (the S-<id> of log lines and
@@ -56,6 +63,8 @@ pub struct PgConnector {
     facts: Arc<ServerFactsBook>,
     /// Server host names resolved (dns_max_ttl, dns_nxdomain_ttl).
     dns: Arc<crate::net::dns::DnsCache>,
+    /// Where server logins derive SCRAM keys (shared with the clients' side through `auth_cpu`).
+    cpu: AuthCpu,
 }
 
 impl Default for PgConnector {
@@ -64,6 +73,7 @@ impl Default for PgConnector {
             next_id: Arc::new(AtomicU64::new(1)),
             facts: Arc::default(),
             dns: Arc::default(),
+            cpu: AuthCpu::for_this_machine(),
         }
     }
 }
@@ -78,8 +88,9 @@ impl Connector for PgConnector {
         let id = crate::ids::ServerId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let book = self.facts.clone();
         let dns = self.dns.clone();
+        let cpu = self.cpu.clone();
         Box::pin(async move {
-            let mut conn = connect::open(id, &target, keys.as_ref(), &opts, &dns).await?;
+            let mut conn = connect::open(id, &target, keys.as_ref(), &opts, &dns, &cpu).await?;
             let addr = conn.addr.to_string();
             if book.claim(&addr) {
                 let asked = facts::learn(&mut conn, opts.max_packet_size);
@@ -109,7 +120,8 @@ impl Connector for PgConnector {
     ) -> ConnectFuture {
         let id = crate::ids::ServerId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let dns = self.dns.clone();
-        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts, &dns).await })
+        let cpu = self.cpu.clone();
+        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts, &dns, &cpu).await })
     }
 
     fn id_sequence(&self) -> Option<Arc<AtomicU64>> {
@@ -118,5 +130,9 @@ impl Connector for PgConnector {
 
     fn server_facts(&self) -> Option<&ServerFactsBook> {
         Some(&self.facts)
+    }
+
+    fn auth_cpu(&self) -> Option<AuthCpu> {
+        Some(self.cpu.clone())
     }
 }

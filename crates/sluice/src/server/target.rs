@@ -4,8 +4,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use parking_lot::Mutex;
 use sluice_config::LoadBalanceHosts;
-use sluice_protocol::StoredSecret;
+use sluice_protocol::{ScramKeys, ServerSalt, StoredSecret};
 
 /// A server address: TCP host:port or a Unix socket path (`<dir>/.s.PGSQL.<port>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +88,10 @@ pub struct ServerTarget {
     pub balance: LoadBalanceHosts,
     /// Round-robin: the next pick; disable: the host in use.
     next_addr: AtomicUsize,
+    /// SCRAM keys of `secret` (a plaintext password) for the salt and iteration count the server
+    /// last sent: its next logins skip the PBKDF2 (the server's salt changes only with the role's
+    /// password). One entry: a target is one role on one database.
+    login_keys: Mutex<Option<(ServerSalt, ScramKeys)>>,
 }
 
 impl fmt::Debug for ServerTarget {
@@ -118,7 +123,21 @@ impl ServerTarget {
             connect_query,
             balance: LoadBalanceHosts::RoundRobin,
             next_addr: AtomicUsize::new(0),
+            login_keys: Mutex::new(None),
         }
+    }
+
+    /// The keys kept for this salt and iteration count (`keep_login_keys`), if any.
+    pub fn cached_login_keys(&self, salt: &ServerSalt) -> Option<ScramKeys> {
+        match &*self.login_keys.lock() {
+            Some((s, k)) if s == salt => Some(k.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keep the keys derived from `secret` for this salt and iteration count.
+    pub fn keep_login_keys(&self, salt: ServerSalt, keys: &ScramKeys) {
+        *self.login_keys.lock() = Some((salt, keys.clone()));
     }
 
     pub fn with_balance(mut self, balance: LoadBalanceHosts) -> Self {
