@@ -295,12 +295,13 @@ async fn exchange(client: &mut ClientConn) -> Result<bytes::BytesMut, EndReason>
         &mut client.rbuf,
         MAX_AUTH_MESSAGE,
         crate::conn::CLIENT_READ_CHUNK,
+        Some(frontend_tag::PASSWORD),
     );
     match read.await {
         Ok((frontend_tag::PASSWORD, body)) => Ok(body),
         Ok((tag, _)) => Err(EndReason::Error(ClientNotice::new(
             sqlstate::PROTOCOL_VIOLATION,
-            format!("expected password message, got '{}'", tag as char),
+            format!("expected password message, got '{}'", tag.escape_ascii()),
         ))),
         Err(crate::net::framed::ReadError::Closed) => Err(EndReason::ClientClosed),
         Err(e) => Err(EndReason::Error(ClientNotice::new(
