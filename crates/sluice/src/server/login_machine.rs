@@ -105,6 +105,8 @@ pub struct LoginMachine {
     authenticated: bool,
     bytes: usize,
     messages: usize,
+    /// The SCRAM client nonce (random unless injected: `with_nonce`).
+    nonce: Option<[u8; 18]>,
 }
 
 impl LoginMachine {
@@ -127,7 +129,14 @@ impl LoginMachine {
             authenticated: false,
             bytes: 0,
             messages: 0,
+            nonce: None,
         }
+    }
+
+    /// Use this SCRAM client nonce instead of a random one (the fuzz target replays exchanges).
+    pub fn with_nonce(mut self, nonce: [u8; 18]) -> Self {
+        self.nonce = Some(nonce);
+        self
     }
 
     /// The SCRAM mechanism in use, once the exchange started.
@@ -293,8 +302,11 @@ impl LoginMachine {
                     }
                     (None, _) => return Err(missing(&self.user)),
                 };
-                let mut nonce = [0u8; 18];
-                rand::thread_rng().fill_bytes(&mut nonce);
+                let nonce = self.nonce.unwrap_or_else(|| {
+                    let mut n = [0u8; 18];
+                    rand::thread_rng().fill_bytes(&mut n);
+                    n
+                });
                 let client = ScramClient::new(credential, nonce)
                     .with_binding(ClientBinding::choose(
                         &mechanisms,
