@@ -450,3 +450,95 @@ async fn max_packet_size_at_or_above_2_pow_31_is_refused() {
     }
     assert_healthy_and_quiet(&s).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The server leg beyond the advisories: server_require_auth and oversized login messages
+// ---------------------------------------------------------------------------------------------
+
+/// A fake PostgreSQL that answers every startup packet with `reply`, then waits. Returns its port.
+async fn scripted_server(reply: Vec<u8>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = l.accept().await {
+            let reply = reply.clone();
+            tokio::spawn(async move {
+                let mut startup = read_packet(&mut sock, false).await?;
+                if startup == 80_877_103u32.to_be_bytes() {
+                    sock.write_all(b"N").await?;
+                    startup = read_packet(&mut sock, false).await?;
+                }
+                assert!(startup.starts_with(&196_608u32.to_be_bytes()));
+                sock.write_all(&reply).await?;
+                let mut sink = [0u8; 1024];
+                while sock.read(&mut sink).await? > 0 {}
+                std::io::Result::Ok(())
+            });
+        }
+    });
+    port
+}
+
+async fn refused_login(s: &Sluice, db: &str) -> tokio_postgres::error::DbError {
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        s.connect("scram_user", "scram_pass", db),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the client waiting for {db} hung\n{}", s.log()))
+    .expect_err("the login must fail");
+    err.as_db_error()
+        .unwrap_or_else(|| panic!("{err:?}"))
+        .clone()
+}
+
+#[tokio::test]
+async fn server_require_auth_refuses_a_cleartext_request() {
+    let cleartext = scripted_server(auth(3, b"")).await;
+    let databases = format!("plain = host=127.0.0.1 port={cleartext} dbname=plain\n");
+    let s = start("[sluice]\nserver_require_auth = scram-sha-256", &databases);
+    let db = refused_login(&s, "plain").await;
+    assert_eq!(db.code().code(), "28000", "{db:?}");
+    assert!(
+        db.message().contains(
+            "server_require_auth does not allow the server's authentication method \"password\""
+        ),
+        "{}",
+        db.message()
+    );
+    // The real server asks for SCRAM, which the setting allows.
+    assert_healthy_and_quiet(&s).await;
+    // Without the setting the request is answered, as PgBouncer answers it (the fake then
+    // never lets the login finish: server_connect_timeout ends it).
+    let s = start("server_connect_timeout = 1", &databases);
+    let db = refused_login(&s, "plain").await;
+    assert_ne!(db.code().code(), "28000", "{db:?}");
+    assert_healthy_and_quiet(&s).await;
+}
+
+#[tokio::test]
+async fn an_oversized_server_login_message_ends_that_login_only() {
+    // An AuthenticationSASL announcing 16 MiB: refused at the header, nothing allocated.
+    let mut huge = vec![b'R'];
+    huge.extend_from_slice(&(16u32 << 20).to_be_bytes());
+    huge.extend_from_slice(&10u32.to_be_bytes());
+    let port = scripted_server(huge).await;
+    let s = start(
+        "",
+        &format!("big = host=127.0.0.1 port={port} dbname=big\n"),
+    );
+    let db = refused_login(&s, "big").await;
+    assert_eq!(db.code().code(), "08P01", "{db:?}");
+    assert!(
+        db.message().contains("message too large"),
+        "{}",
+        db.message()
+    );
+    assert!(
+        s.log()
+            .contains(&format!("127.0.0.1:{port}: server login refused")),
+        "{}",
+        s.log()
+    );
+    assert_healthy_and_quiet(&s).await;
+}
