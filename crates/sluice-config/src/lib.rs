@@ -22,6 +22,7 @@ mod load_tests;
 mod markdown;
 mod modes;
 mod peer;
+mod require_auth;
 mod settings;
 mod settings_macro;
 #[cfg(test)]
@@ -46,6 +47,7 @@ pub use modes::{
     TlsMode,
 };
 pub use peer::PeerEntry;
+pub use require_auth::{RequireAuth, ServerAuthMethod};
 pub use settings::{
     Settings, SluiceSettings, AUTH_QUERY_DEFAULT, PGBOUNCER_SETTINGS, SLUICE_SETTINGS,
     TCP_DEFER_ACCEPT_DEFAULT,
@@ -53,4 +55,4 @@ pub use settings::{
 pub use settings_macro::{find_def, Effect, SettingDef};
 pub use user::UserEntry;
 pub use userlist::{load_userlist, parse_userlist};
-pub use value::{format_g, AuthDbname, FileMode, ReplicaLag, Seconds, SettingValue};
+pub use value::{format_g, AuthDbname, FileMode, PacketSize, ReplicaLag, Seconds, SettingValue};

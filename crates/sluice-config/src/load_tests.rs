@@ -195,6 +195,14 @@ fn error_messages_name_file_line_and_key() {
             "c.ini:2: auth_type: invalid auth type 'kerberos' (expected one of: any, trust, plain, md5, scram-sha-256, cert, hba, ldap, pam)",
         ),
         ("[sluice]\nworkers = many\n", "c.ini:2: workers: invalid integer 'many'"),
+        (
+            "[pgbouncer]\nmax_packet_size = 2147483648\n",
+            "c.ini:2: max_packet_size: value 2147483648 out of range (0..2147483647): a packet size must stay below 2^31 bytes",
+        ),
+        (
+            "[sluice]\nserver_require_auth = md5,!password\n",
+            "c.ini:2: server_require_auth: negative require_auth method \"!password\" cannot be mixed with non-negative methods",
+        ),
         ("[sluice]\nlisten_port = 1\n", "c.ini:2: listen_port: unknown parameter"),
         ("listen_port = 1\n", "c.ini:1: listen_port: parameter outside of any section"),
         ("[pgbouncer]\n[bogus]\n", "c.ini:2: unknown section '[bogus]'"),

@@ -1,8 +1,9 @@
 //! THE declarative settings table: every `[pgbouncer]` key (name, type, default, reloadable, supported, doc) and the `[sluice]` keys.
 
 use crate::modes::{AuthType, ExporterNames, PoolMode, ServerCheckQuery, TlsMode};
+use crate::require_auth::RequireAuth;
 use crate::settings_macro::declare_settings;
-use crate::value::{AuthDbname, FileMode, ReplicaLag, Seconds};
+use crate::value::{AuthDbname, FileMode, PacketSize, ReplicaLag, Seconds};
 
 /// PgBouncer's default `auth_query` (with the VALID UNTIL check added in 1.24.1).
 pub const AUTH_QUERY_DEFAULT: &str = "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM pg_authid WHERE rolname=$1 AND rolcanlogin";
@@ -59,7 +60,7 @@ declare_settings! {
         max_client_conn: u32 = "100", reloadable, supported, "Maximum client connections (admin console excluded).";
         max_db_client_connections: u32 = "0", reloadable, supported, "Maximum client connections per database; 0 = no limit.";
         max_db_connections: u32 = "0", reloadable, supported, "Maximum server connections per database (all users); 0 = no limit.";
-        max_packet_size: u32 = "2147483647", reloadable, supported, "Largest packet accepted (bytes).";
+        max_packet_size: PacketSize = "2147483647", reloadable, supported, "Largest packet accepted (bytes), below 2^31 (a larger value is refused at load). Server messages during login are held to 64 KiB each whatever this says.";
         max_prepared_statements: u32 = "200", reloadable, supported, "Protocol-level prepared statements tracked per server connection; 0 = off.";
         max_user_client_connections: u32 = "0", reloadable, supported, "Maximum client connections per user; 0 = no limit.";
         max_user_connections: u32 = "0", reloadable, supported, "Maximum server connections per user (all databases); 0 = no limit.";
@@ -132,6 +133,8 @@ declare_settings! {
         metrics_tls_cert_file: String = "", reloadable(MetricsAccess), supported, "Certificate (PEM, chain allowed) of the HTTP endpoint: with metrics_tls_key_file set it speaks HTTPS only; empty = plain HTTP.";
         metrics_tls_key_file: String = "", reloadable(MetricsAccess), supported, "Private key (PEM) for metrics_tls_cert_file.";
         pin_session_state: bool = "1", reloadable, supported, "Transaction/statement mode: session state (advisory locks, LISTEN, temp tables, WITH HOLD cursors, SQL PREPARE, LOAD) keeps the client on its server until it is gone (1), or the statement fails with SQLSTATE 0A000 (0).";
+        server_require_auth: RequireAuth = "", reloadable, supported, "Authentication methods a server may ask the pooler for, as libpq's require_auth: a comma list of password, md5, scram-sha-256, gss, sspi, oauth, none (the server must use one of them; none = it may let the pooler in without asking), or the same names each with a leading ! (the server must use none of them); a server asking otherwise fails that login (SQLSTATE 28000 for its clients). Empty = accept what the server asks, as PgBouncer does.";
+        server_scram_max_iterations: u32 = "100000", reloadable, supported, "Most PBKDF2 iterations a server's SCRAM challenge may ask for when the pooler logs in with a plaintext password (PostgreSQL's scram_iterations, default 4096); a server asking for more fails that login (SQLSTATE 08P01 for its clients). Bounds the CPU one server login can cost (100000 iterations take tens of milliseconds of one core).";
         worker_spread_percent: u32 = "75", reloadable, supported, "How busy a worker may get (percent of one CPU over a second) before clients spread to one more worker; while the load fits on fewer workers, clients gather on them (fewer wake-ups per query, less CPU); 0 = always use every worker.";
         workers: u32 = "0", fixed, supported, "Worker threads, each running its own event loop; clients use as many of them as the load needs (worker_spread_percent), pools and limits are shared; 0 = number of CPU cores.";
     }

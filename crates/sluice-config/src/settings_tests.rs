@@ -319,7 +319,7 @@ fn default_values_are_pgbouncers() {
         ]
     );
     assert!(s.admin_users.is_empty());
-    assert_eq!(s.max_packet_size, 2147483647);
+    assert_eq!(s.max_packet_size.0, 2147483647);
     assert_eq!(s.auth_query, AUTH_QUERY_DEFAULT);
     assert!(s.log_connections && s.tcp_keepalive && !s.server_round_robin);
     assert_eq!(s.tcp_defer_accept, cfg!(target_os = "linux"));

@@ -211,6 +211,23 @@ impl SettingValue for ReplicaLag {
     }
 }
 
+/// `max_packet_size`: bytes, below 2^31. The protocol's message lengths are signed 32-bit, so
+/// nothing larger can be meant, and a limit at or above 2^31 is the one PgBouncer 1.26.1's
+/// advisory names (packet length arithmetic overflowing): refused at load with file, line and key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PacketSize(pub u32);
+
+impl SettingValue for PacketSize {
+    fn parse(s: &str) -> Result<Self, String> {
+        parse_int_in(s, 0, i32::MAX as i64)
+            .map(|v| PacketSize(v as u32))
+            .map_err(|e| format!("{e}: a packet size must stay below 2^31 bytes"))
+    }
+    fn render(&self) -> String {
+        self.0.to_string()
+    }
+}
+
 /// A Unix file mode; parsed like C `strtol(.., 0)` (leading 0 = octal, 0x = hex), rendered in octal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FileMode(pub u32);

@@ -20,6 +20,9 @@ pub enum ProtocolError {
     /// Any SCRAM parse or verification failure.
     #[error("invalid SCRAM message: {0}")]
     Scram(&'static str),
+    /// A server asked for more PBKDF2 iterations than the client allows.
+    #[error("server asked for {asked} SCRAM iterations, more than the limit of {max}")]
+    ScramIterations { asked: u32, max: u32 },
     /// A stored `SCRAM-SHA-256$...` secret that does not parse.
     #[error("invalid SCRAM secret")]
     BadSecret,

@@ -18,7 +18,7 @@ pub use auth::scram::channel_binding::{
     TLS_SERVER_END_POINT,
 };
 pub use auth::scram::{
-    ScramClient, ScramCredential, ScramKeys, ScramSecret, ScramServer, SCRAM_SHA_256,
+    ScramClient, ScramCredential, ScramKeys, ScramSecret, ScramServer, ServerSalt, SCRAM_SHA_256,
 };
 pub use auth::secret::{constant_time_eq, StoredSecret};
 pub use backend::{

@@ -111,7 +111,11 @@ impl App {
             metrics_access: ArcSwap::from_pointee(metrics_access),
             credentials,
             hba,
-            scram_cache: ScramCache::default(),
+            scram_cache: ScramCache::new(
+                connector
+                    .auth_cpu()
+                    .unwrap_or_else(crate::auth::cpu::AuthCpu::for_this_machine),
+            ),
             login_failures: AtomicU64::new(0),
             pools: PoolRegistry::new(connector, stat_shards),
             cancels: Arc::new(CancelRegistry::default()),

@@ -87,6 +87,14 @@ pub enum ServerError {
     /// failover_timeout (the message says which hosts were tried and why each did not fit).
     #[error("{0}")]
     NoHost(String),
+    /// The pooler refused what a server sent or asked for during login (more SCRAM iterations than
+    /// server_scram_max_iterations, a method server_require_auth does not allow, an oversized or
+    /// out-of-place message): that login ends and the clients waiting for it are told.
+    #[error("server login refused: {reason}")]
+    Refused {
+        sqlstate: &'static str,
+        reason: String,
+    },
 }
 
 impl ServerError {
@@ -100,6 +108,9 @@ impl ServerError {
             ),
             ServerError::NoHost(msg) => {
                 ClientNotice::new(sqlstate::CONNECTION_FAILURE, msg.clone())
+            }
+            ServerError::Refused { sqlstate, reason } => {
+                ClientNotice::new(sqlstate, format!("server login failed: {reason}"))
             }
             other => ClientNotice::new(
                 sqlstate::CONNECTION_FAILURE,
@@ -142,7 +153,8 @@ impl ServerError {
             ServerError::Auth(_)
             | ServerError::WrongPasswordType(_)
             | ServerError::Tls(_)
-            | ServerError::NoHost(_) => true,
+            | ServerError::NoHost(_)
+            | ServerError::Refused { .. } => true,
             _ => false,
         }
     }

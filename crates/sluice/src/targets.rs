@@ -256,7 +256,7 @@ pub fn pool_settings(
                 .as_duration()
                 .unwrap_or(Duration::from_secs(24 * 3600)),
             tcp: tcp_tuning(cfg),
-            max_packet_size: g.max_packet_size as usize,
+            max_packet_size: g.max_packet_size.0 as usize,
             tls,
             dns_ttl: crate::net::dns::DnsTtl {
                 found: g.dns_max_ttl.as_duration().unwrap_or_default(),
@@ -266,6 +266,10 @@ pub fn pool_settings(
                 pool: format!("{}/{login_user}", db.name).into(),
                 connections: g.log_connections,
                 disconnections: g.log_disconnections,
+            },
+            login: crate::server::login_machine::LoginRules {
+                max_iterations: cfg.sluice.server_scram_max_iterations,
+                require_auth: cfg.sluice.server_require_auth.clone(),
             },
         },
         target: Arc::new(target),

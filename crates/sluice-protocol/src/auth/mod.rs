@@ -10,6 +10,6 @@ pub use self::scram::channel_binding::{
     TLS_SERVER_END_POINT,
 };
 pub use self::scram::{
-    ScramClient, ScramCredential, ScramKeys, ScramSecret, ScramServer, SCRAM_SHA_256,
+    ScramClient, ScramCredential, ScramKeys, ScramSecret, ScramServer, ServerSalt, SCRAM_SHA_256,
 };
 pub use self::secret::{constant_time_eq, StoredSecret};

@@ -18,7 +18,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-pub use client::{ScramClient, ScramCredential};
+pub use client::{ScramClient, ScramCredential, ServerSalt};
 pub use server::ScramServer;
 pub use verifier::ScramSecret;
 

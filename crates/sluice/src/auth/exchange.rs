@@ -216,7 +216,10 @@ async fn run(
             Some(StoredSecret::Scram(s)) => Box::pin(scram(app, client, user, Some(s), true)).await,
             Some(StoredSecret::Plain(p)) => {
                 let iterations = app.config().settings.scram_iterations;
-                let adhoc = app.scram_cache.adhoc(user, &p, iterations, &app.mock_key);
+                let adhoc = app
+                    .scram_cache
+                    .adhoc(user, &p, iterations, &app.mock_key)
+                    .await;
                 Box::pin(scram(app, client, user, Some(adhoc), false))
                     .await
                     .map(|_| known(Some(StoredSecret::Plain(p))))
@@ -292,12 +295,13 @@ async fn exchange(client: &mut ClientConn) -> Result<bytes::BytesMut, EndReason>
         &mut client.rbuf,
         MAX_AUTH_MESSAGE,
         crate::conn::CLIENT_READ_CHUNK,
+        Some(frontend_tag::PASSWORD),
     );
     match read.await {
         Ok((frontend_tag::PASSWORD, body)) => Ok(body),
         Ok((tag, _)) => Err(EndReason::Error(ClientNotice::new(
             sqlstate::PROTOCOL_VIOLATION,
-            format!("expected password message, got '{}'", tag as char),
+            format!("expected password message, got '{}'", tag.escape_ascii()),
         ))),
         Err(crate::net::framed::ReadError::Closed) => Err(EndReason::ClientClosed),
         Err(e) => Err(EndReason::Error(ClientNotice::new(
@@ -331,7 +335,8 @@ async fn plain(
         Some(StoredSecret::Scram(s)) => {
             let derived = app
                 .scram_cache
-                .derive(user, password, &s.salt, s.iterations);
+                .derive(user, password, &s.salt, s.iterations)
+                .await;
             constant_time_eq(&derived.stored_key, &s.stored_key)
                 & constant_time_eq(&derived.server_key, &s.server_key)
         }

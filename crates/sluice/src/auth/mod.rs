@@ -6,6 +6,7 @@
 //! `client/`: the pool client's login and the admin console both call in here.
 
 pub mod cert;
+pub mod cpu;
 pub mod credentials;
 pub mod exchange;
 pub mod hba_check;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::health::{HostHealth, Probe};
 use super::view::parse_lsn;
+use crate::auth::cpu::AuthCpu;
 use crate::error::ServerError;
 use crate::net::dns::DnsCache;
 use crate::server::log::ServerLog;
@@ -40,7 +41,7 @@ enum Check {
 const TIMELINE_SQL: &str = "SELECT timeline_id FROM pg_catalog.pg_control_checkpoint()";
 
 /// Run until no pool has a login for this host any more.
-pub(super) async fn run(h: Arc<HostHealth>, dns: Arc<DnsCache>) {
+pub(super) async fn run(h: Arc<HostHealth>, dns: Arc<DnsCache>, cpu: AuthCpu) {
     let mut conn: Option<ServerConn> = None;
     loop {
         let login = {
@@ -75,7 +76,7 @@ pub(super) async fn run(h: Arc<HostHealth>, dns: Arc<DnsCache>) {
         };
         let outcome = match tokio::time::timeout(
             CHECK_TIMEOUT.min(opts.connect_timeout),
-            probe(&mut conn, &h, &target, keys.as_ref(), &opts, &dns),
+            probe(&mut conn, &h, &target, keys.as_ref(), &opts, &dns, &cpu),
         )
         .await
         {
@@ -117,19 +118,28 @@ async fn probe(
     keys: Option<&sluice_protocol::ScramKeys>,
     opts: &connect::ConnectOptions,
     dns: &DnsCache,
+    cpu: &AuthCpu,
 ) -> Result<Probe, Check> {
     if conn.is_none() {
-        let c = connect::open_addr(crate::ids::ServerId(0), &h.addr, target, keys, opts, dns)
-            .await
-            .map_err(|e| match e {
-                ServerError::Login(f) if e.is_login_rejection() && f.code != "57P03" => {
-                    Check::Refused(f.message.clone())
-                }
-                e @ (ServerError::Auth(_) | ServerError::WrongPasswordType(_)) => {
-                    Check::Refused(e.to_string())
-                }
-                e => Check::Failed(e.close_reason()),
-            })?;
+        let c = connect::open_addr(
+            crate::ids::ServerId(0),
+            &h.addr,
+            target,
+            keys,
+            opts,
+            dns,
+            cpu,
+        )
+        .await
+        .map_err(|e| match e {
+            ServerError::Login(f) if e.is_login_rejection() && f.code != "57P03" => {
+                Check::Refused(f.message.clone())
+            }
+            e @ (ServerError::Auth(_) | ServerError::WrongPasswordType(_)) => {
+                Check::Refused(e.to_string())
+            }
+            e => Check::Failed(e.close_reason()),
+        })?;
         *conn = Some(c);
     }
     let Some(c) = conn.as_mut() else {

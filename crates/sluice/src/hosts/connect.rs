@@ -51,7 +51,9 @@ impl HostBook {
             for i in select::candidates(&refs, attrs, target.rotation_start()) {
                 let m = &members[i];
                 let epoch = m.epoch();
-                match connect::open_addr(id, &m.addr, target, keys, opts, &self.dns).await {
+                match connect::open_addr(id, &m.addr, target, keys, opts, &self.dns, &self.cpu)
+                    .await
+                {
                     Ok(mut conn) => match role::learn(&mut conn, opts.max_packet_size).await {
                         Ok(facts) if role::accepts(attrs, facts) => {
                             conn.host = Some(HostTicket {

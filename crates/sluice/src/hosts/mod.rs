@@ -22,6 +22,7 @@ use tokio::sync::Notify;
 pub use health::{HostHealth, HostTicket};
 pub use view::{HostView, Role};
 
+use crate::auth::cpu::AuthCpu;
 use crate::net::dns::DnsCache;
 use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
@@ -36,6 +37,8 @@ pub struct HostBook {
     /// The sequence every view's `poll_seq` is taken from.
     seq: Arc<std::sync::atomic::AtomicU64>,
     dns: Arc<DnsCache>,
+    /// Where the checkers' and failover connects' SCRAM key derivations run.
+    cpu: AuthCpu,
 }
 
 impl std::fmt::Debug for HostBook {
@@ -45,12 +48,13 @@ impl std::fmt::Debug for HostBook {
 }
 
 impl HostBook {
-    pub fn new(dns: Arc<DnsCache>) -> Self {
+    pub fn new(dns: Arc<DnsCache>, cpu: AuthCpu) -> Self {
         HostBook {
             hosts: Mutex::default(),
             changed: Arc::new(Notify::new()),
             seq: Arc::default(),
             dns,
+            cpu,
         }
     }
 
@@ -129,7 +133,7 @@ impl HostBook {
             }
             if !m.running.swap(true, Ordering::AcqRel) {
                 if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(checker::run(m.clone(), self.dns.clone()));
+                    rt.spawn(checker::run(m.clone(), self.dns.clone(), self.cpu.clone()));
                 } else {
                     m.running.store(false, Ordering::Release);
                 }

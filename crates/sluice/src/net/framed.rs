@@ -43,13 +43,23 @@ pub async fn read_message<S: AsyncRead + Unpin>(
 /// readable (`Stream::read_when_ready`). A login waiting for its client's next message (the
 /// password, after the challenge) then holds no buffer: in a connection storm only the logins
 /// being read at that moment do.
+///
+/// `only`: the one message type expected. Another type is returned as soon as its tag byte is
+/// read, with an empty body, for the caller to refuse: a login does not wait for the rest of a
+/// message it will refuse anyway (a second StartupMessage, whose "length" read as a tagged
+/// message is thousands of bytes that never come).
 pub async fn read_message_when_ready(
     stream: &mut super::Stream,
     buf: &mut BytesMut,
     max_len: usize,
     chunk: usize,
+    only: Option<u8>,
 ) -> Result<(u8, BytesMut), ReadError> {
     loop {
+        match (buf.first(), only) {
+            (Some(&tag), Some(want)) if tag != want => return Ok((tag, BytesMut::new())),
+            _ => {}
+        }
         if let Some(m) = take_message(buf, max_len)? {
             return Ok(m);
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use sluice_protocol::ScramKeys;
 
+use crate::auth::cpu::AuthCpu;
 use crate::error::ServerError;
 use crate::hosts::HostBook;
 use crate::server::connect::{self, ConnectOptions};
@@ -56,6 +57,12 @@ pub trait Connector: Send + Sync + 'static {
     fn host_book(&self) -> Option<&HostBook> {
         None
     }
+
+    /// The bounded pool its logins run key derivations on, for the pooler's client logins to
+    /// share (None: clients get a pool of their own).
+    fn auth_cpu(&self) -> Option<AuthCpu> {
+        None
+    }
 }
 
 /// Connects to real servers over TCP or Unix sockets, numbering them (the S-<id> of log lines and
@@ -69,15 +76,19 @@ pub struct PgConnector {
     dns: Arc<crate::net::dns::DnsCache>,
     /// Host roles and health of databases with a host list or target_session_attrs.
     hosts: Arc<HostBook>,
+    /// Where server logins derive SCRAM keys (shared with the clients' side through `auth_cpu`).
+    cpu: AuthCpu,
 }
 
 impl Default for PgConnector {
     fn default() -> Self {
         let dns: Arc<crate::net::dns::DnsCache> = Arc::default();
+        let cpu = AuthCpu::for_this_machine();
         PgConnector {
             next_id: Arc::new(AtomicU64::new(1)),
             facts: Arc::default(),
-            hosts: Arc::new(HostBook::new(dns.clone())),
+            cpu: cpu.clone(),
+            hosts: Arc::new(HostBook::new(dns.clone(), cpu)),
             dns,
         }
     }
@@ -94,10 +105,11 @@ impl Connector for PgConnector {
         let book = self.facts.clone();
         let dns = self.dns.clone();
         let hosts = self.hosts.clone();
+        let cpu = self.cpu.clone();
         Box::pin(async move {
             let mut conn = match &target.failover {
                 Some(f) => hosts.connect(id, &target, keys.as_ref(), &opts, f).await?,
-                None => connect::open(id, &target, keys.as_ref(), &opts, &dns).await?,
+                None => connect::open(id, &target, keys.as_ref(), &opts, &dns, &cpu).await?,
             };
             let addr = conn.addr.to_string();
             if book.claim(&addr) {
@@ -128,7 +140,8 @@ impl Connector for PgConnector {
     ) -> ConnectFuture {
         let id = crate::ids::ServerId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let dns = self.dns.clone();
-        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts, &dns).await })
+        let cpu = self.cpu.clone();
+        Box::pin(async move { connect::open(id, &target, keys.as_ref(), &opts, &dns, &cpu).await })
     }
 
     fn id_sequence(&self) -> Option<Arc<AtomicU64>> {
@@ -145,5 +158,9 @@ impl Connector for PgConnector {
 
     fn host_book(&self) -> Option<&HostBook> {
         Some(&self.hosts)
+    }
+
+    fn auth_cpu(&self) -> Option<AuthCpu> {
+        Some(self.cpu.clone())
     }
 }

@@ -90,6 +90,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
         max_db_connections: 0,
         max_user_connections: 0,
         connect: ConnectOptions {
+            login: Default::default(),
             connect_timeout: Duration::from_secs(15),
             tcp: TcpTuning::default(),
             max_packet_size: 1 << 30,

@@ -10,7 +10,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 
 use super::log::ServerLog;
+use super::login_machine::LoginRules;
 use super::{login, query, ServerAddr, ServerConn, ServerTarget};
+use crate::auth::cpu::AuthCpu;
 use crate::error::ServerError;
 use crate::net::socket::{tune_tcp, TcpTuning};
 use crate::net::Stream;
@@ -28,6 +30,8 @@ pub struct ConnectOptions {
     pub dns_ttl: crate::net::dns::DnsTtl,
     /// log_connections / log_disconnections and the pool's name in those lines.
     pub log: ServerLog,
+    /// server_scram_max_iterations, server_require_auth.
+    pub login: LoginRules,
 }
 
 /// Connect and log in. The result is idle (ReadyForQuery 'I').
@@ -37,12 +41,13 @@ pub async fn open(
     keys: Option<&ScramKeys>,
     opts: &ConnectOptions,
     dns: &crate::net::dns::DnsCache,
+    cpu: &AuthCpu,
 ) -> Result<ServerConn, ServerError> {
     let Some((index, addr)) = target.pick_addr() else {
         return Err(ServerError::Unexpected("database has no host".into()));
     };
     let addr = addr.clone();
-    let r = open_addr(id, &addr, target, keys, opts, dns).await;
+    let r = open_addr(id, &addr, target, keys, opts, dns, cpu).await;
     if r.is_err() {
         target.connect_failed(index);
     }
@@ -57,6 +62,7 @@ pub async fn open_addr(
     keys: Option<&ScramKeys>,
     opts: &ConnectOptions,
     dns: &crate::net::dns::DnsCache,
+    cpu: &AuthCpu,
 ) -> Result<ServerConn, ServerError> {
     let addr = addr.clone();
     let started = tokio::time::Instant::now();
@@ -89,7 +95,15 @@ pub async fn open_addr(
         let mut out = BytesMut::with_capacity(128);
         encode_startup(&params, &mut out);
         conn.stream.write_all(&out).await?;
-        login::login(&mut conn, target, keys, opts.max_packet_size).await?;
+        login::login(
+            &mut conn,
+            target,
+            keys,
+            opts.max_packet_size,
+            &opts.login,
+            cpu,
+        )
+        .await?;
         if let Some(q) = target.connect_query.as_deref().filter(|q| !q.is_empty()) {
             match query::run_simple(&mut conn, q, opts.max_packet_size).await {
                 Ok(()) => {}
@@ -108,8 +122,19 @@ pub async fn open_addr(
     match &r {
         Ok(conn) => opts.log.connected(conn),
         Err(e) => {
-            if let ServerError::Login(f) = e {
-                opts.log.login_refused(id, &addr, &f.severity, &f.message);
+            match e {
+                ServerError::Login(f) => opts.log.login_refused(id, &addr, &f.severity, &f.message),
+                // The pooler's own refusal of what a server sent: always logged, naming the
+                // server (a hostile or broken server is an operator's business).
+                ServerError::Refused { reason, .. } => tracing::warn!(
+                    "S-{}: {}/{} {}: server login refused: {}",
+                    id,
+                    target.dbname,
+                    target.user,
+                    addr,
+                    reason
+                ),
+                _ => {}
             }
             opts.log
                 .closing(id, &addr, started.elapsed(), &e.close_reason());

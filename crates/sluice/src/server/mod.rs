@@ -4,6 +4,7 @@ pub mod connect;
 pub mod facts;
 pub mod log;
 pub mod login;
+pub mod login_machine;
 pub mod params;
 pub mod query;
 pub mod target;

@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use sluice_config::{LoadBalanceHosts, ReplicaLag, TargetSessionAttrs};
-use sluice_protocol::StoredSecret;
+use sluice_protocol::{ScramKeys, ServerSalt, StoredSecret};
 
 /// A server address: TCP host:port or a Unix socket path (`<dir>/.s.PGSQL.<port>`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -94,6 +95,10 @@ pub struct ServerTarget {
     /// Set for a host list or a target_session_attrs other than `any`: hosts are health-checked
     /// and chosen by role (`hosts/`); unset, a server connects as before.
     pub failover: Option<FailoverSettings>,
+    /// SCRAM keys of `secret` (a plaintext password) for the salt and iteration count the server
+    /// last sent: its next logins skip the PBKDF2 (the server's salt changes only with the role's
+    /// password). One entry: a target is one role on one database.
+    login_keys: Mutex<Option<(ServerSalt, ScramKeys)>>,
 }
 
 /// The [sluice] settings of host health and failover, as of the pool's last settings refresh.
@@ -135,6 +140,7 @@ impl ServerTarget {
             next_addr: AtomicUsize::new(0),
             attrs: TargetSessionAttrs::Any,
             failover: None,
+            login_keys: Mutex::new(None),
         }
     }
 
@@ -160,6 +166,19 @@ impl ServerTarget {
             LoadBalanceHosts::RoundRobin => self.next_addr.fetch_add(1, Ordering::Relaxed),
             LoadBalanceHosts::Disable => 0,
         }
+    }
+
+    /// The keys kept for this salt and iteration count (`keep_login_keys`), if any.
+    pub fn cached_login_keys(&self, salt: &ServerSalt) -> Option<ScramKeys> {
+        match &*self.login_keys.lock() {
+            Some((s, k)) if s == salt => Some(k.clone()),
+            _ => None,
+        }
+    }
+
+    /// Keep the keys derived from `secret` for this salt and iteration count.
+    pub fn keep_login_keys(&self, salt: ServerSalt, keys: &ScramKeys) {
+        *self.login_keys.lock() = Some((salt, keys.clone()));
     }
 
     pub fn with_balance(mut self, balance: LoadBalanceHosts) -> Self {

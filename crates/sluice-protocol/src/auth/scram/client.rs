@@ -45,6 +45,15 @@ pub struct ScramClient {
     client_first_bare: String,
     binding: ClientBinding,
     state: State,
+    /// Most PBKDF2 iterations a server may ask for (`with_max_iterations`).
+    max_iterations: u32,
+}
+
+/// What key derivation needs from a server-first-message: its salt and iteration count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSalt {
+    pub salt: Vec<u8>,
+    pub iterations: u32,
 }
 
 impl ScramClient {
@@ -62,6 +71,7 @@ impl ScramClient {
             client_first_bare: format!("n={},r={client_nonce}", escape_saslname(user)),
             binding: ClientBinding::NotSupported,
             state: State::AwaitServerFirst,
+            max_iterations: u32::MAX,
         }
     }
 
@@ -69,6 +79,67 @@ impl ScramClient {
     pub fn with_binding(mut self, binding: ClientBinding) -> Self {
         self.binding = binding;
         self
+    }
+
+    /// Refuse a server-first-message asking for more than `max` PBKDF2 iterations
+    /// ([`ProtocolError::ScramIterations`]): the count is the server's to choose, and the work of
+    /// a password login grows with it (2^31 - 1 iterations is about half an hour of one core).
+    pub fn with_max_iterations(mut self, max: u32) -> Self {
+        self.max_iterations = max;
+        self
+    }
+
+    /// True when the keys must be derived from a password (PBKDF2 over the server's salt and
+    /// iteration count) before the server-first-message can be answered.
+    pub fn needs_derived_keys(&self) -> bool {
+        matches!(self.credential, ScramCredential::Password(_))
+    }
+
+    /// The password to derive keys from (None with pass-through keys).
+    pub fn password(&self) -> Option<&str> {
+        match &self.credential {
+            ScramCredential::Password(p) => Some(p),
+            ScramCredential::Keys(_) => None,
+        }
+    }
+
+    /// Check a server-first-message (state, syntax, nonce, iteration bound) without answering it,
+    /// and return the salt and iteration count to derive keys with. Nothing changes on success;
+    /// on failure the exchange is failed.
+    pub fn server_salt(&mut self, msg: &[u8]) -> Result<ServerSalt, ProtocolError> {
+        let checked = self.check_server_first(msg).map(|(_, salt)| salt);
+        if checked.is_err() {
+            self.state = State::Failed;
+        }
+        checked
+    }
+
+    fn check_server_first<'m>(
+        &self,
+        msg: &'m [u8],
+    ) -> Result<(&'m str, ServerSalt), ProtocolError> {
+        let State::AwaitServerFirst = self.state else {
+            return Err(ProtocolError::Scram("unexpected server-first-message"));
+        };
+        let server_first = as_text(msg)?;
+        let sf = parse_server_first(server_first)?;
+        let extends_ours = sf.nonce.len() > self.nonce.len() && sf.nonce.starts_with(&self.nonce);
+        if !extends_ours {
+            return Err(ProtocolError::Scram("nonce mismatch"));
+        }
+        if sf.iterations > self.max_iterations {
+            return Err(ProtocolError::ScramIterations {
+                asked: sf.iterations,
+                max: self.max_iterations,
+            });
+        }
+        Ok((
+            server_first,
+            ServerSalt {
+                salt: sf.salt,
+                iterations: sf.iterations,
+            },
+        ))
     }
 
     /// The mechanism to name in SASLInitialResponse.
@@ -87,21 +158,38 @@ impl ScramClient {
     }
 
     /// server-first-message (SASLContinue data) -> client-final-message (SASLResponse data).
+    /// With a password this runs PBKDF2 here; callers that want it elsewhere use `server_salt`
+    /// and `handle_server_first_with_keys`.
     pub fn handle_server_first(&mut self, msg: &[u8]) -> Result<Vec<u8>, ProtocolError> {
-        let State::AwaitServerFirst = mem::replace(&mut self.state, State::Failed) else {
-            return Err(ProtocolError::Scram("unexpected server-first-message"));
+        let keys = match self.credential.clone() {
+            ScramCredential::Password(p) => {
+                let salt = self.server_salt(msg)?;
+                ScramKeys::from_password(&p, &salt.salt, salt.iterations)
+            }
+            ScramCredential::Keys(k) => k,
         };
-        let server_first = as_text(msg)?;
-        let sf = parse_server_first(server_first)?;
-        let extends_ours = sf.nonce.len() > self.nonce.len() && sf.nonce.starts_with(&self.nonce);
-        if !extends_ours {
-            return Err(ProtocolError::Scram("nonce mismatch"));
-        }
-        let keys = match &self.credential {
-            ScramCredential::Password(p) => ScramKeys::from_password(p, &sf.salt, sf.iterations),
-            ScramCredential::Keys(k) => k.clone(),
+        self.handle_server_first_with_keys(msg, &keys)
+    }
+
+    /// Answer a server-first-message with keys derived from this client's password and the
+    /// message's salt and iteration count (`server_salt`), or with the pass-through keys.
+    pub fn handle_server_first_with_keys(
+        &mut self,
+        msg: &[u8],
+        keys: &ScramKeys,
+    ) -> Result<Vec<u8>, ProtocolError> {
+        let (server_first, _) = match self.check_server_first(msg) {
+            Ok(ok) => ok,
+            Err(e) => {
+                self.state = State::Failed;
+                return Err(e);
+            }
         };
-        let without_proof = format!("c={},r={}", b64(&self.binding.cbind_input()), sf.nonce);
+        let without_proof = format!(
+            "c={},r={}",
+            b64(&self.binding.cbind_input()),
+            server_nonce(server_first)
+        );
         let auth_message = [
             self.client_first_bare.as_bytes(),
             b",",
@@ -132,6 +220,15 @@ impl ScramClient {
             ServerFinal::Verifier(_) => Err(ProtocolError::Scram("invalid server signature")),
         }
     }
+}
+
+/// The nonce of a server-first-message already checked by `parse_server_first` ("r=<nonce>,...").
+fn server_nonce(server_first: &str) -> &str {
+    server_first
+        .split(',')
+        .next()
+        .and_then(|r| r.strip_prefix("r="))
+        .unwrap_or_default()
 }
 
 impl fmt::Debug for ScramClient {

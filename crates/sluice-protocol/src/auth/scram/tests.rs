@@ -376,3 +376,48 @@ fn saslprep_fallback() {
     assert_eq!(&*normalize_password("x\u{ad}y"), b"xy");
     assert_eq!(&*normalize_password("a\u{fffd}b"), "a\u{fffd}b".as_bytes());
 }
+
+#[test]
+fn client_refuses_iterations_above_its_bound_before_any_work() {
+    let new = || {
+        ScramClient::with_nonce(ScramCredential::Password("pw".into()), "", "abc")
+            .with_max_iterations(100_000)
+    };
+    let hostile = b"r=abcdef,s=c2FsdA==,i=2147483647";
+    let error = ProtocolError::ScramIterations {
+        asked: 2_147_483_647,
+        max: 100_000,
+    };
+    let refused = Err(error.clone());
+    assert_eq!(new().handle_server_first(hostile).map(|_| ()), refused);
+    let mut c = new();
+    assert_eq!(c.server_salt(hostile).map(|_| ()), refused);
+    // A refused exchange stays failed: a second server-first is not answered either.
+    assert!(c.server_salt(b"r=abcdef,s=c2FsdA==,i=4096").is_err());
+    assert_eq!(
+        error.to_string(),
+        "server asked for 2147483647 SCRAM iterations, more than the limit of 100000"
+    );
+    // At the bound it is answered.
+    assert!(new()
+        .handle_server_first(b"r=abcdef,s=c2FsdA==,i=100000")
+        .is_ok());
+}
+
+#[test]
+fn keys_derived_elsewhere_answer_as_the_password_would() {
+    let cred = ScramCredential::Password("pencil".into());
+    let mut client = ScramClient::with_nonce(cred, "user", RFC_CLIENT_NONCE);
+    assert!(client.needs_derived_keys());
+    let salt = client.server_salt(RFC_SERVER_FIRST.as_bytes()).unwrap();
+    assert_eq!(salt.iterations, 4096);
+    let keys = ScramKeys::from_password(client.password().unwrap(), &salt.salt, salt.iterations);
+    let fin = client
+        .handle_server_first_with_keys(RFC_SERVER_FIRST.as_bytes(), &keys)
+        .unwrap();
+    assert_eq!(String::from_utf8(fin).unwrap(), RFC_CLIENT_FINAL);
+    client
+        .handle_server_final(RFC_SERVER_FINAL.as_bytes())
+        .unwrap();
+    assert!(client.is_done());
+}
