@@ -41,7 +41,7 @@ pub use hba_match::{ClientAddr, HbaRequest, HbaVerdict};
 pub use ident::{load_ident, parse_ident, IdentMaps};
 pub use load::{load, parse_str, Config};
 pub use markdown::settings_markdown;
-pub use modes::{AuthType, LoadBalanceHosts, PoolMode, ServerCheckQuery, TlsMode};
+pub use modes::{AuthType, LoadBalanceHosts, PoolMode, RouteReads, ServerCheckQuery, TlsMode};
 pub use peer::PeerEntry;
 pub use settings::{
     Settings, SluiceSettings, AUTH_QUERY_DEFAULT, PGBOUNCER_SETTINGS, SLUICE_SETTINGS,

@@ -15,7 +15,31 @@ pub fn settings_markdown() -> String {
     );
     section(&mut out, "[pgbouncer]", PGBOUNCER_SETTINGS);
     section(&mut out, "[sluice]", SLUICE_SETTINGS);
+    database_keys(&mut out);
     out
+}
+
+/// Keys of a `[databases]` connect string that Sluice adds to PgBouncer's: (key, default, doc).
+/// PgBouncer's own keys (host, port, pool_mode, ...) keep PgBouncer's meaning and documentation.
+const SLUICE_DATABASE_KEYS: &[(&str, &str, &str)] = &[(
+    "route_reads",
+    "off",
+    "Which transactions may run on a standby of a host list: off; explicit (transactions that \
+     declare themselves read only: BEGIN/START TRANSACTION READ ONLY, SET TRANSACTION READ ONLY \
+     after BEGIN, or default_transaction_read_only on for the session); auto (also single \
+     statements the classifier proves cannot write). Parsed and validated only: routing arrives \
+     with host roles (issue 33), until then every transaction goes where it goes today and a \
+     value other than off is logged once as not supported yet.",
+)];
+
+fn database_keys(out: &mut String) {
+    out.push_str("## [databases] keys added by Sluice\n\n");
+    out.push_str("| Key | Default | Description |\n");
+    out.push_str("|---|---|---|\n");
+    for (key, default, doc) in SLUICE_DATABASE_KEYS {
+        out.push_str(&format!("| `{key}` | `{default}` | {} |\n", cell(doc)));
+    }
+    out.push('\n');
 }
 
 fn section(out: &mut String, title: &str, defs: &[SettingDef]) {
@@ -78,7 +102,11 @@ mod tests {
             );
         }
         let rows = md.lines().filter(|l| l.starts_with("| `")).count();
-        assert_eq!(rows, PGBOUNCER_SETTINGS.len() + SLUICE_SETTINGS.len());
+        assert_eq!(
+            rows,
+            PGBOUNCER_SETTINGS.len() + SLUICE_SETTINGS.len() + SLUICE_DATABASE_KEYS.len()
+        );
+        assert!(md.contains("| `route_reads` | `off` |"));
         assert!(md.contains("| `listen_port` | `6432` | no | yes |"));
         assert!(md.contains("| `server_check_query` | `&lt;empty&gt;` | yes | yes |"));
     }
