@@ -321,41 +321,123 @@ const KNOWN_READS: &[&str] = &[
 /// Longest name compared; longer ones are neither needing the primary nor known reads.
 const MAX_NAME: usize = 64;
 
-/// The name of a word or quoted identifier as the server resolves it (unquoted words fold to
-/// lower case, quoted ones are taken as written), into `buf`; `None` for other tokens, names
-/// longer than [`MAX_NAME`] or quoted names with `""` inside (none of ours has a quote).
-fn resolved<'b>(t: &Token<'_>, buf: &'b mut [u8; MAX_NAME]) -> Option<&'b [u8]> {
-    let raw = match t.kind {
-        TokenKind::Word => t.text,
-        TokenKind::QuotedIdent if t.text.len() >= 2 && t.text[0] == b'"' => {
-            let inner = &t.text[1..t.text.len() - 1];
-            if inner.contains(&b'"') {
+/// A bit per name length that some listed name has, per first byte and per last byte: most
+/// words are rejected with two loads and shifts, before any copy or search.
+#[derive(Clone, Copy)]
+struct LengthFilter {
+    first: [u64; 256],
+    last: [u64; 256],
+}
+
+impl LengthFilter {
+    const fn new(names: &[&str]) -> Self {
+        let mut f = LengthFilter {
+            first: [0; 256],
+            last: [0; 256],
+        };
+        let mut i = 0;
+        while i < names.len() {
+            let n = names[i].as_bytes();
+            f.first[n[0] as usize] |= 1 << n.len();
+            f.last[n[n.len() - 1] as usize] |= 1 << n.len();
+            i += 1;
+        }
+        f
+    }
+
+    fn may_hold(&self, first: u8, last: u8, len: usize) -> bool {
+        len < 64 && self.first[first as usize] & self.last[last as usize] & (1 << len) != 0
+    }
+}
+
+/// The first three bytes of every entry of [`PREFIX`] (a test keeps the two in step).
+const PREFIX_HEADS: [&[u8; 3]; 4] = [b"pg_", b"lo_", b"txi", b"dbl"];
+
+const fn exact_names() -> [&'static str; EXACT.len()] {
+    let mut names = [""; EXACT.len()];
+    let mut i = 0;
+    while i < EXACT.len() {
+        names[i] = EXACT[i].0;
+        i += 1;
+    }
+    names
+}
+
+const EXACT_FILTER: LengthFilter = LengthFilter::new(&exact_names());
+const KNOWN_READS_FILTER: LengthFilter = LengthFilter::new(KNOWN_READS);
+
+/// The name of a word or quoted identifier as written (without quotes), and whether it folds to
+/// lower case (unquoted); `None` for other tokens, quoted names with `""` inside (none of ours
+/// has a quote) and `U&"..."` names with escapes (not decoded: such a name is not ours).
+fn raw_name<'a>(t: &Token<'a>) -> Option<(&'a [u8], bool)> {
+    match t.kind {
+        TokenKind::Word => Some((t.text, true)),
+        TokenKind::QuotedIdent => {
+            let open = if t.text.first() == Some(&b'"') { 1 } else { 3 };
+            let inner = t.text.get(open..t.text.len().checked_sub(1)?)?;
+            if inner.contains(&b'"') || (open == 3 && inner.contains(&b'\\')) {
                 return None;
             }
-            inner
+            Some((inner, false))
         }
-        _ => return None,
+        _ => None,
+    }
+}
+
+/// Where a name may be listed, from cheap looks at its bytes.
+#[derive(Clone, Copy)]
+struct Maybe {
+    exact: bool,
+    prefix: bool,
+}
+
+/// The name as the server resolves it (unquoted words fold to lower case), into `buf`, when
+/// `filter` says a name of its length and first and last bytes may be listed, or (`prefixes`)
+/// it starts like an entry of [`PREFIX`].
+fn resolved<'b>(
+    t: &Token<'_>,
+    buf: &'b mut [u8; MAX_NAME],
+    filter: &LengthFilter,
+    prefixes: bool,
+) -> Option<(&'b [u8], Maybe)> {
+    let (raw, fold) = raw_name(t)?;
+    let lower = |b: u8| if fold { b.to_ascii_lowercase() } else { b };
+    let first = lower(*raw.first()?);
+    let last = lower(*raw.last()?);
+    let maybe = Maybe {
+        exact: filter.may_hold(first, last, raw.len()),
+        prefix: prefixes
+            && raw.len() >= 3
+            && PREFIX_HEADS
+                .iter()
+                .any(|h| h[0] == first && h[1] == lower(raw[1]) && h[2] == lower(raw[2])),
     };
+    if !maybe.exact && !maybe.prefix {
+        return None;
+    }
     let out = buf.get_mut(..raw.len())?;
     out.copy_from_slice(raw);
-    if t.kind == TokenKind::Word {
+    if fold {
         out.make_ascii_lowercase();
     }
-    Some(out)
+    Some((out, maybe))
 }
 
 /// Whether the name `t` (a function, relation or setting name anywhere in a statement) keeps the
 /// statement on the primary, and the listed name that matched.
 pub(crate) fn needs_primary(t: &Token<'_>) -> Option<(&'static str, NeedsPrimary)> {
     let mut buf = [0u8; MAX_NAME];
-    let name = resolved(t, &mut buf)?;
-    if let Ok(i) = EXACT.binary_search_by(|(n, _)| n.as_bytes().cmp(name)) {
-        return Some(EXACT[i]);
+    let (name, maybe) = resolved(t, &mut buf, &EXACT_FILTER, true)?;
+    if maybe.exact {
+        if let Ok(i) = EXACT.binary_search_by(|(n, _)| n.as_bytes().cmp(name)) {
+            return Some(EXACT[i]);
+        }
     }
-    let first = name.first()?;
+    if !maybe.prefix {
+        return None;
+    }
     PREFIX
         .iter()
-        .filter(|(p, _)| p.as_bytes()[0] == *first)
         .find(|(p, _)| name.starts_with(p.as_bytes()))
         .copied()
 }
@@ -375,8 +457,8 @@ pub(crate) fn names_role_setting(t: &Token<'_>) -> bool {
 /// anything else (a user-defined function, an extension's, a table alias with column names).
 pub(crate) fn known_read_call(t: &Token<'_>) -> bool {
     let mut buf = [0u8; MAX_NAME];
-    match resolved(t, &mut buf) {
-        Some(name) => KNOWN_READS
+    match resolved(t, &mut buf, &KNOWN_READS_FILTER, false) {
+        Some((name, _)) => KNOWN_READS
             .binary_search_by(|k| k.as_bytes().cmp(name))
             .is_ok(),
         None => false,
@@ -396,6 +478,14 @@ mod tests {
     fn known_reads_are_sorted_and_lower_case() {
         for w in KNOWN_READS.windows(2) {
             assert!(w[0] < w[1], "{} before {}", w[0], w[1]);
+        }
+        for (p, _) in PREFIX {
+            assert!(
+                PREFIX_HEADS
+                    .iter()
+                    .any(|h| p.as_bytes().starts_with(&h[..])),
+                "{p}"
+            );
         }
         for w in EXACT.windows(2) {
             assert!(w[0].0 < w[1].0, "{} before {}", w[0].0, w[1].0);
@@ -418,6 +508,16 @@ mod tests {
         );
         // A quoted name keeps its case: "NextVal" is some other function.
         assert_eq!(needs_primary(&tok("\"NextVal\"")), None);
+        assert_eq!(
+            needs_primary(&tok("U&\"nextval\"")),
+            Some(("nextval", NeedsPrimary::Writes))
+        );
+        assert_eq!(
+            needs_primary(&tok("u&\"pg_notify\"")),
+            Some(("pg_notify", NeedsPrimary::Writes))
+        );
+        assert_eq!(needs_primary(&tok("U&\"nextva\\006c\"")), None);
+        assert_eq!(needs_primary(&tok("\"unterminated")), None);
         assert_eq!(
             needs_primary(&tok("pg_try_advisory_xact_lock")),
             Some(("pg_try_advisory_", NeedsPrimary::ServerLocal))
