@@ -25,11 +25,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::lsn::Lsn;
 
-/// The role a host had at its last poll.
+/// The role of a host for routing, as of its last poll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
+    /// The primary the pool writes to (one host at most).
     Primary,
     Standby,
+    /// Neither read from nor trusted for positions: a host that says it is a primary but is not
+    /// the one the pool writes to (an old primary back after a failover: split brain), or a host
+    /// whose role is not known.
+    Excluded,
 }
 
 /// What the health checker knows of one host of a database's host list, as of its last poll.

@@ -236,3 +236,21 @@ fn a_bound_read_after_the_transaction_resolves_at_once() {
     w.poll(2, 60);
     assert_eq!(w.read(), (w.sb(2), Fresh::CaughtUp));
 }
+
+#[test]
+fn a_stale_primary_never_resolves_the_watermark() {
+    let mut w = World::new();
+    w.poll(1, 100);
+    w.ran_on(0);
+    // Host 2 came back claiming to be a primary (split brain), far behind; the checker reports
+    // it excluded. Its poll after the write does not bound the write, and it is never read.
+    w.hosts[2].role = Role::Excluded;
+    w.hosts[2].incarnation = 2;
+    w.poll(2, 5);
+    assert_eq!(w.read(), (Target::Primary, Fresh::WatermarkPending));
+    w.poll(0, 90);
+    assert_eq!(w.read(), (w.sb(1), Fresh::CaughtUp));
+    w.hosts[1].healthy = false;
+    w.poll(2, 500);
+    assert_eq!(w.read(), (Target::Primary, Fresh::NoHealthyStandby));
+}
