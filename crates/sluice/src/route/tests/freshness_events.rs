@@ -254,3 +254,33 @@ fn a_stale_primary_never_resolves_the_watermark() {
     w.poll(2, 500);
     assert_eq!(w.read(), (Target::Primary, Fresh::NoHealthyStandby));
 }
+
+#[test]
+fn the_client_state_is_small_and_plain() {
+    // Kept in each routing client's session by value: no allocation, no atomics.
+    fn is_copy<T: Copy>() {}
+    is_copy::<Freshness>();
+    assert!(std::mem::size_of::<Freshness>() <= 64);
+}
+
+/// Not a timing assertion: prints the cost of `choose` over three hosts.
+/// `cargo test -p sluice --lib route::tests::freshness_events::bench_choose -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn bench_choose() {
+    let mut w = World::new();
+    w.poll(0, 100);
+    w.poll(1, 100);
+    w.poll(2, 100);
+    let rounds = 1_000_000u32;
+    let start = std::time::Instant::now();
+    for i in 0..rounds {
+        let key = HostKey {
+            index: (i % 3) as usize,
+            incarnation: 1,
+        };
+        w.client.finished(key, w.clock.now());
+        std::hint::black_box(w.client.choose(std::hint::black_box(&w.hosts), i as usize));
+    }
+    println!("finished + choose: {:?}", start.elapsed() / rounds);
+}
