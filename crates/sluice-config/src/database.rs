@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::connstr::{opt_u32, parse_pairs, pool_mode, port};
 use crate::error::ConfigError;
-use crate::modes::{LoadBalanceHosts, PoolMode, TargetSessionAttrs};
+use crate::modes::{LoadBalanceHosts, PoolMode, RouteReads, TargetSessionAttrs};
 use crate::value::SettingValue;
 
 /// One `[databases]` line. `None` fields inherit the global setting (or the documented default).
@@ -39,6 +39,9 @@ pub struct DatabaseEntry {
     /// Whole seconds.
     pub query_wait_timeout: Option<u32>,
     pub pool_mode: Option<PoolMode>,
+    /// Which transactions may go to a standby; `None` = off. Parsed only for now: the pooler
+    /// routes nothing until host roles land (docs/architecture.md, "Read routing").
+    pub route_reads: Option<RouteReads>,
     pub load_balance_hosts: Option<LoadBalanceHosts>,
     /// libpq's target_session_attrs (Sluice only): the role a server of this entry must have.
     pub target_session_attrs: Option<TargetSessionAttrs>,
@@ -101,6 +104,7 @@ impl DatabaseEntry {
             "server_lifetime" => self.server_lifetime = opt_u32(key, &val)?,
             "query_wait_timeout" => self.query_wait_timeout = opt_u32(key, &val)?,
             "pool_mode" => self.pool_mode = Some(pool_mode(&val)?),
+            "route_reads" => self.route_reads = Some(RouteReads::parse(&val)?),
             "load_balance_hosts" => self.load_balance_hosts = Some(LoadBalanceHosts::parse(&val)?),
             "target_session_attrs" => {
                 self.target_session_attrs = Some(TargetSessionAttrs::parse(&val)?)
@@ -181,6 +185,7 @@ impl fmt::Debug for DatabaseEntry {
             .field("server_lifetime", &self.server_lifetime)
             .field("query_wait_timeout", &self.query_wait_timeout)
             .field("pool_mode", &self.pool_mode)
+            .field("route_reads", &self.route_reads)
             .field("load_balance_hosts", &self.load_balance_hosts)
             .field("target_session_attrs", &self.target_session_attrs)
             .field("connect_query", &self.connect_query)
@@ -208,7 +213,7 @@ mod tests {
              auth_query='SELECT usename, passwd FROM pg_shadow WHERE usename=$1' auth_dbname=authdb \
              pool_size=10 min_pool_size=2 reserve_pool=3 max_db_connections=40 \
              max_db_client_connections=50 server_lifetime=60 query_wait_timeout=5 \
-             pool_mode=transaction load_balance_hosts=disable connect_query='SET search_path=x' \
+             pool_mode=transaction route_reads=auto load_balance_hosts=disable connect_query='SET search_path=x' \
              client_encoding=UTF8 datestyle=ISO timezone=UTC application_name=app1",
         )
         .unwrap();
@@ -233,6 +238,7 @@ mod tests {
         assert_eq!(db.server_lifetime, Some(60));
         assert_eq!(db.query_wait_timeout, Some(5));
         assert_eq!(db.pool_mode, Some(PoolMode::Transaction));
+        assert_eq!(db.route_reads, Some(RouteReads::Auto));
         assert_eq!(db.load_balance_hosts, Some(LoadBalanceHosts::Disable));
         assert_eq!(db.connect_query.as_deref(), Some("SET search_path=x"));
         assert_eq!(db.client_encoding.as_deref(), Some("UTF8"));
@@ -250,6 +256,24 @@ mod tests {
         assert_eq!(db.target_dbname(), "plain");
         assert_eq!(db.host, None);
         assert_eq!(db.port, None);
+        assert_eq!(db.route_reads, None);
+    }
+
+    #[test]
+    fn route_reads_values() {
+        for (v, want) in [
+            ("off", RouteReads::Off),
+            ("explicit", RouteReads::Explicit),
+            ("Auto", RouteReads::Auto),
+        ] {
+            assert_eq!(
+                parse("d", &format!("route_reads={v}")).unwrap().route_reads,
+                Some(want)
+            );
+        }
+        // Changing it needs no new servers.
+        let a = parse("d", "host=a").unwrap();
+        assert!(!a.connection_differs(&parse("d", "host=a route_reads=auto").unwrap()));
     }
 
     #[test]
@@ -274,6 +298,11 @@ mod tests {
                 "mydb",
                 "pool_mode=tx",
                 "p.ini:7: mydb: invalid pool mode 'tx' (expected one of: session, transaction, statement)",
+            ),
+            (
+                "mydb",
+                "route_reads=yes",
+                "p.ini:7: mydb: invalid route_reads 'yes' (expected one of: off, explicit, auto)",
             ),
             ("mydb", "host='x", "p.ini:7: mydb: unterminated quoted value for 'host'"),
             ("mydb", "Host=x", "p.ini:7: mydb: unknown parameter 'Host'"),

@@ -43,8 +43,8 @@ pub use ident::{load_ident, parse_ident, IdentMaps};
 pub use load::{load, parse_str, Config};
 pub use markdown::settings_markdown;
 pub use modes::{
-    AuthType, ExporterNames, LoadBalanceHosts, PoolMode, ServerCheckQuery, TargetSessionAttrs,
-    TlsMode,
+    AuthType, ExporterNames, LoadBalanceHosts, PoolMode, RouteReads, ServerCheckQuery,
+    TargetSessionAttrs, TlsMode,
 };
 pub use peer::PeerEntry;
 pub use require_auth::{RequireAuth, ServerAuthMethod};

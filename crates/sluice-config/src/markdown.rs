@@ -15,30 +15,38 @@ pub fn settings_markdown() -> String {
     );
     section(&mut out, "[pgbouncer]", PGBOUNCER_SETTINGS);
     section(&mut out, "[sluice]", SLUICE_SETTINGS);
-    databases_extras(&mut out);
+    database_keys(&mut out);
     out
 }
 
-/// The `[databases]` connect-string keys Sluice adds to PgBouncer's.
-fn databases_extras(out: &mut String) {
-    out.push_str(
-        "## [databases] keys Sluice adds
+/// Keys of a `[databases]` connect string that Sluice adds to PgBouncer's: (key, default, doc).
+/// PgBouncer's own keys (host, port, pool_mode, ...) keep PgBouncer's meaning and documentation.
+const SLUICE_DATABASE_KEYS: &[(&str, &str, &str)] = &[
+    (
+        "target_session_attrs",
+        "any",
+        "libpq's meaning: the role a server of the entry must have (`any`, the default: whatever the host is; `read-write`: neither in recovery nor default_transaction_read_only; `read-only`: the opposite; `primary` / `standby`: not in / in recovery; `prefer-standby`: standbys first, else any). Learned at login from the in_hot_standby and default_transaction_read_only ParameterStatus (PostgreSQL 14+), else asked; a server of the wrong role is closed and the next host tried. An entry that sets it, with a host list or a value other than `any`, gets health checks and failover (failover_timeout, host_check_interval, max_replica_lag; SHOW HOSTS); an entry without it connects as PgBouncer's does, host list or not.",
+    ),
+    (
+    "route_reads",
+    "off",
+    "Which transactions may run on a standby of a host list: off; explicit (transactions that \
+     declare themselves read only: BEGIN/START TRANSACTION READ ONLY, SET TRANSACTION READ ONLY \
+     after BEGIN, or default_transaction_read_only on for the session); auto (also single \
+     statements the classifier proves cannot write). Parsed and validated only: routing arrives \
+     with host roles (issue 33), until then every transaction goes where it goes today and a \
+     value other than off is logged once as not supported yet.",
+    ),
+];
 
-",
-    );
-    out.push_str(
-        "| Key | Values | Description |
-|---|---|---|
-",
-    );
-    out.push_str(&format!(
-        "| `target_session_attrs` | {} | libpq's meaning: the role a server of the entry must have (`any`, the default: whatever the host is; `read-write`: neither in recovery nor default_transaction_read_only; `read-only`: the opposite; `primary` / `standby`: not in / in recovery; `prefer-standby`: standbys first, else any). Learned at login from the in_hot_standby and default_transaction_read_only ParameterStatus (PostgreSQL 14+), else asked; a server of the wrong role is closed and the next host tried. An entry that sets it, with a host list or a value other than `any`, gets health checks and failover (failover_timeout, host_check_interval, max_replica_lag; SHOW HOSTS); an entry without it connects as PgBouncer's does, host list or not. |\n\n",
-        crate::TargetSessionAttrs::KEYWORDS
-            .iter()
-            .map(|k| format!("`{k}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
+fn database_keys(out: &mut String) {
+    out.push_str("## [databases] keys added by Sluice\n\n");
+    out.push_str("| Key | Default | Description |\n");
+    out.push_str("|---|---|---|\n");
+    for (key, default, doc) in SLUICE_DATABASE_KEYS {
+        out.push_str(&format!("| `{key}` | `{default}` | {} |\n", cell(doc)));
+    }
+    out.push('\n');
 }
 
 fn section(out: &mut String, title: &str, defs: &[SettingDef]) {
@@ -101,9 +109,12 @@ mod tests {
             );
         }
         let rows = md.lines().filter(|l| l.starts_with("| `")).count();
-        // One more: the [databases] key Sluice adds.
-        assert_eq!(rows, PGBOUNCER_SETTINGS.len() + SLUICE_SETTINGS.len() + 1);
-        assert!(md.contains("| `target_session_attrs` | `any`, `read-write`"));
+        assert_eq!(
+            rows,
+            PGBOUNCER_SETTINGS.len() + SLUICE_SETTINGS.len() + SLUICE_DATABASE_KEYS.len()
+        );
+        assert!(md.contains("| `route_reads` | `off` |"));
+        assert!(md.contains("| `target_session_attrs` | `any` |"));
         assert!(md.contains("| `listen_port` | `6432` | no | yes |"));
         assert!(md.contains("| `server_check_query` | `&lt;empty&gt;` | yes | yes |"));
     }

@@ -1,5 +1,5 @@
 //! Keyword-valued setting types (pool_mode, auth_type, sslmode, load_balance_hosts,
-//! target_session_attrs, server_check_query).
+//! target_session_attrs, route_reads, server_check_query, metrics_exporter_names).
 
 use crate::value::SettingValue;
 
@@ -115,6 +115,16 @@ keyword_enum!(
 );
 
 keyword_enum!(
+    /// `route_reads` of a [databases] entry: which transactions may run on a standby
+    /// (see docs/architecture.md, "Read routing").
+    RouteReads, "route_reads", default Off {
+        Off => "off",
+        Explicit => "explicit",
+        Auto => "auto",
+    }
+);
+
+keyword_enum!(
     /// How a database with several hosts picks the host for a new server connection.
     LoadBalanceHosts, "load_balance_hosts", default RoundRobin {
         RoundRobin => "round-robin",
@@ -201,6 +211,13 @@ mod tests {
         );
         assert_eq!(LoadBalanceHosts::default(), LoadBalanceHosts::RoundRobin);
         assert!(LoadBalanceHosts::parse("random").is_err());
+        assert_eq!(RouteReads::default(), RouteReads::Off);
+        assert_eq!(RouteReads::parse("AUTO"), Ok(RouteReads::Auto));
+        assert_eq!(RouteReads::Explicit.render(), "explicit");
+        assert_eq!(
+            RouteReads::parse("on"),
+            Err("invalid route_reads 'on' (expected one of: off, explicit, auto)".into())
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod pool;
 pub mod prefill;
 pub mod prepared;
 pub mod process;
+pub mod route;
 pub mod server;
 pub mod session_state;
 pub mod stamp;
