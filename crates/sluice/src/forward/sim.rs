@@ -491,7 +491,7 @@ pub fn run(data: &[u8]) -> Ends {
             Some(RelayEnd::Released) | Some(RelayEnd::PinCheck) => true,
             Some(RelayEnd::ClientGone { clean }) => *clean,
             Some(RelayEnd::Fatal { server_clean, .. }) => *server_clean,
-            Some(RelayEnd::ServerGone(_)) | None => false,
+            Some(RelayEnd::ServerGone(_)) | Some(RelayEnd::ServerLost(_)) | None => false,
         };
         if clean {
             assert!(
