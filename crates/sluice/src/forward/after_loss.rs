@@ -370,3 +370,188 @@ fn cstr(b: &[u8]) -> (&[u8], &[u8]) {
         None => (b, &[]),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_protocol::{encode_bind_text, encode_execute, encode_parse, encode_query};
+
+    /// Client messages as (tag, body), from their wire bytes.
+    fn messages(wire: &[u8]) -> Vec<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut b = wire;
+        while !b.is_empty() {
+            let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+            out.push((b[0], b[5..1 + len].to_vec()));
+            b = &b[1 + len..];
+        }
+        out
+    }
+
+    /// Feed `wire` as the session would; the answer's message tags (with each ReadyForQuery's
+    /// status and each error's SQLSTATE spelled out) and the step of the last message.
+    fn feed(state: &mut AfterLoss, wire: &[u8]) -> (String, Step) {
+        let mut out = BytesMut::new();
+        let mut last = Step::Consumed;
+        for (tag, body) in messages(wire) {
+            last = state.on_message(tag, None, None, &mut out);
+            if last == Step::NeedBody {
+                last = state.on_message(tag, Some(&body), None, &mut out);
+                assert_eq!(last, Step::Consumed);
+            }
+            if last == Step::HandOff {
+                break;
+            }
+        }
+        (describe(&out), last)
+    }
+
+    fn describe(mut b: &[u8]) -> String {
+        let mut s = String::new();
+        while !b.is_empty() {
+            let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+            let body = &b[5..1 + len];
+            s.push(b[0] as char);
+            match b[0] {
+                b'Z' => s.push_str(&format!("({})", body[0] as char)),
+                b'E' => {
+                    let code = body
+                        .split(|c| *c == 0)
+                        .find_map(|f| f.strip_prefix(b"C"))
+                        .unwrap();
+                    s.push_str(&format!("({})", String::from_utf8_lossy(code)));
+                }
+                b'C' => s.push_str(&format!("({})", String::from_utf8_lossy(&body[..len - 5]))),
+                _ => {}
+            }
+            s.push(' ');
+            b = &b[1 + len..];
+        }
+        s.trim_end().to_string()
+    }
+
+    fn q(sql: &str) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        encode_query(sql, &mut b);
+        b.to_vec()
+    }
+
+    fn ext(sql: &str, sync: bool) -> Vec<u8> {
+        let mut b = BytesMut::new();
+        encode_parse("", sql, &[], &mut b);
+        encode_bind_text("", "", &[], &mut b);
+        encode_execute("", 0, &mut b);
+        if sync {
+            b.extend_from_slice(&[b'S', 0, 0, 0, 4]);
+        }
+        b.to_vec()
+    }
+
+    const SYNC: &[u8] = &[b'S', 0, 0, 0, 4];
+
+    #[test]
+    fn a_failed_block_answers_like_postgresql_until_it_ends() {
+        // (statement, answer, still in the failed block)
+        let table: &[(&str, &str, bool)] = &[
+            ("SELECT 1", "E(25P02) Z(E)", true),
+            ("SAVEPOINT a; SELECT 1", "E(25P02) Z(E)", true),
+            ("", "I Z(E)", true),
+            ("ROLLBACK TO SAVEPOINT a", "E(3B001) Z(E)", true),
+            ("COMMIT AND CHAIN", "E(0A000) Z(E)", true),
+            ("ROLLBACK; SELECT 1", "E(25P02) Z(E)", true),
+            ("rollback", "C(ROLLBACK) Z(I)", false),
+            ("ABORT", "C(ROLLBACK) Z(I)", false),
+            ("COMMIT", "C(ROLLBACK) Z(I)", false),
+            ("END WORK;", "C(ROLLBACK) Z(I)", false),
+            ("PREPARE TRANSACTION 'x'", "C(ROLLBACK) Z(I)", false),
+        ];
+        for (sql, want, failed) in table {
+            let mut st = AfterLoss::new(true);
+            let (got, step) = feed(&mut st, &q(sql));
+            assert_eq!((got.as_str(), step), (*want, Step::Consumed), "{sql:?}");
+            assert_eq!(st.in_failed_tx(), *failed, "{sql:?}");
+            assert_eq!(st.is_done(), !failed, "{sql:?}");
+        }
+    }
+
+    #[test]
+    fn the_loss_itself_is_told_at_the_next_statement_when_nothing_ran() {
+        let lost = ClientNotice::new("08006", "lost");
+        let mut st = AfterLoss::new(true);
+        st.tell_next(lost.clone());
+        assert_eq!(feed(&mut st, &q("SELECT 1")).0, "E(08006) Z(E)");
+        assert_eq!(feed(&mut st, &q("SELECT 1")).0, "E(25P02) Z(E)");
+        // A COMMIT is not told a quiet ROLLBACK tag for a transaction it never heard was lost.
+        let mut st = AfterLoss::new(true);
+        st.tell_next(lost.clone());
+        assert_eq!(feed(&mut st, &q("COMMIT")).0, "E(08006) Z(I)");
+        assert!(st.is_done());
+        // ROLLBACK is what happened anyway.
+        let mut st = AfterLoss::new(true);
+        st.tell_next(lost);
+        assert_eq!(feed(&mut st, &q("ROLLBACK")).0, "C(ROLLBACK) Z(I)");
+    }
+
+    #[test]
+    fn extended_batches_fail_to_their_sync_and_rollback_runs_through() {
+        let mut st = AfterLoss::new(true);
+        assert_eq!(feed(&mut st, &ext("SELECT 1", true)).0, "E(25P02) Z(E)");
+        let (got, _) = feed(&mut st, &ext("ROLLBACK", true));
+        assert_eq!(got, "1 2 C(ROLLBACK) Z(I)");
+        assert!(st.is_done());
+        // COMMIT by the extended protocol, then more in the same batch: those go to a server.
+        let mut st = AfterLoss::new(true);
+        let wire = [ext("COMMIT", false), ext("SELECT 2", true)].concat();
+        let (got, step) = feed(&mut st, &wire);
+        assert_eq!((got.as_str(), step), ("1 2 C(ROLLBACK)", Step::HandOff));
+        assert!(st.is_done());
+        // The error of a batch that was running when the server was lost: skip to its Sync.
+        let mut st = AfterLoss::new(false);
+        st.skip_to_sync();
+        assert!(!st.is_done());
+        assert_eq!(feed(&mut st, &ext("SELECT 3", false)).0, "");
+        assert_eq!(feed(&mut st, SYNC).0, "Z(I)");
+        assert!(st.is_done());
+        assert_eq!(feed(&mut st, &q("SELECT 4")).1, Step::HandOff);
+    }
+
+    #[test]
+    fn copy_data_is_dropped_until_the_copy_ends() {
+        let mut st = AfterLoss::new(false);
+        st.drain_copy();
+        let data = [b'd', 0, 0, 0, 6, b'1', b'\n'];
+        assert_eq!(
+            feed(&mut st, &[data, data].concat()),
+            (String::new(), Step::Consumed)
+        );
+        assert!(!st.is_done());
+        assert_eq!(feed(&mut st, &[b'c', 0, 0, 0, 4]).0, "");
+        assert!(st.is_done());
+    }
+
+    #[test]
+    fn named_statements_parsed_in_the_failed_block_are_kept_for_the_next_server() {
+        use crate::prepared::{ClientStatements, StatementRegistry};
+        let registry = StatementRegistry::default();
+        let mut client = ClientStatements::default();
+        let mut named = Prepared {
+            registry: &registry,
+            client: &mut client,
+            max_per_server: 10,
+        };
+        let mut st = AfterLoss::new(true);
+        let mut wire = BytesMut::new();
+        encode_parse("rb", "ROLLBACK", &[], &mut wire);
+        encode_bind_text("", "rb", &[], &mut wire);
+        encode_execute("", 0, &mut wire);
+        wire.extend_from_slice(SYNC);
+        let mut out = BytesMut::new();
+        for (tag, body) in messages(&wire) {
+            if st.on_message(tag, None, Some(&mut named), &mut out) == Step::NeedBody {
+                st.on_message(tag, Some(&body), Some(&mut named), &mut out);
+            }
+        }
+        assert_eq!(describe(&out), "1 2 C(ROLLBACK) Z(I)");
+        assert!(client.contains("rb"));
+    }
+}

@@ -5,6 +5,9 @@
 //! server may be reused (released, or a client gone or refused with `clean`), the model must agree:
 //! idle, not in COPY, not skipping to a Sync, every request answered and every reply read. And the
 //! model fails the run when the relay forwards a message type undefined where the server is.
+//! The script may also lose the server mid-relay (`lost.rs`): the client's reply must then be whole
+//! messages, its errors ERRORs (not FATALs), and what the client sends next is answered without a
+//! server (`after_loss.rs`) until it hands over, with whole messages too.
 //!
 //! Compiled for tests and with the crate's `fuzzing` feature only.
 
@@ -462,6 +465,8 @@ pub struct Ends {
     pub released: usize,
     /// The relay ended otherwise (client gone, refused, server gone).
     pub ended: usize,
+    /// Of those, the server was lost and the client went on (`lost.rs`).
+    pub lost: usize,
 }
 
 /// Run one scripted relay. Panics when the relay and the backend model disagree about whether
@@ -507,6 +512,15 @@ pub fn run(data: &[u8]) -> Ends {
             );
         }
         drop(relay);
+        let end = match end {
+            Some(RelayEnd::ServerLost(lost)) => {
+                check_after_loss(*lost, &mut w, &wire);
+                ends.ended += 1;
+                ends.lost += 1;
+                return ends;
+            }
+            end => end,
+        };
         match end {
             Some(RelayEnd::Released) | Some(RelayEnd::PinCheck) => {
                 // The next transaction starts with a fresh request.
@@ -523,6 +537,53 @@ pub fn run(data: &[u8]) -> Ends {
     ends
 }
 
+/// The answer a client gets after its server was lost, and to what it sends next, is whole
+/// messages; the errors among them are ERRORs (the connection goes on).
+fn check_after_loss(lost: super::lost::ServerLost, w: &mut World, wire: &[u8]) {
+    fn whole(mut b: &[u8]) {
+        while !b.is_empty() {
+            assert!(b.len() >= 5, "a partial header: {b:?}");
+            let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+            assert!(len >= 4 && b.len() > len, "a partial message: {b:?}");
+            if b[0] == b'E' {
+                let f = sluice_protocol::decode_error_fields(&b[5..1 + len]).unwrap();
+                assert_eq!(f.severity, "ERROR");
+            }
+            b = &b[1 + len..];
+        }
+    }
+    whole(&lost.reply);
+    // What the client sends next: its buffered bytes, then the rest of the script's.
+    let mut next: Vec<u8> = [&w.c_rbuf[..], wire].concat();
+    next.drain(..lost.client_skip.min(next.len()));
+    let mut state = lost.state;
+    let mut out = BytesMut::new();
+    let mut b = &next[..];
+    while b.len() >= 5 {
+        let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+        if len < 4 || b.len() < 1 + len {
+            break;
+        }
+        let body = &b[5..1 + len];
+        let mut named = Some(Prepared {
+            registry: &w.registry,
+            client: &mut w.statements,
+            max_per_server: 2,
+        });
+        let mut step = state.on_message(b[0], None, named.as_mut(), &mut out);
+        if step == super::after_loss::Step::NeedBody {
+            step = state.on_message(b[0], Some(body), named.as_mut(), &mut out);
+            assert_eq!(step, super::after_loss::Step::Consumed);
+        }
+        if step == super::after_loss::Step::HandOff {
+            assert!(state.is_done() || b[0] == frontend_tag::TERMINATE);
+            break;
+        }
+        b = &b[1 + len..];
+    }
+    whole(&out);
+}
+
 /// Move bytes as the script says until the relay ends (Some) or the script runs out (None).
 fn drive(
     s: &mut Script<'_>,
@@ -534,7 +595,10 @@ fn drive(
     let mut steps = 0;
     while !s.done() && steps < 400 {
         steps += 1;
-        let r: Result<(), RelayEnd> = match s.byte() % 7 {
+        let r: Result<(), RelayEnd> = match s.byte() % 8 {
+            // The server is lost (closed, or its FATAL arrived), rarely.
+            7 if s.byte() < 16 && started => Err(relay.server_lost("sim")),
+            7 => Ok(()),
             // The client writes another message.
             0 => {
                 client_message(s, wire);
@@ -623,8 +687,10 @@ mod tests {
             let e = super::run(&data);
             total.released += e.released;
             total.ended += e.ended;
+            total.lost += e.lost;
         }
         // The scripts must reach the interesting ends, or the check checks nothing.
         assert!(total.released > 1000 && total.ended > 1000, "{total:?}");
+        assert!(total.lost > 100, "{total:?}");
     }
 }
