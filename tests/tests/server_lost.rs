@@ -83,6 +83,10 @@ async fn a_killed_autocommit_query_fails_once_and_the_connection_goes_on() {
     let s = tx_pool();
     let mut c = raw_login(&s, &[]).await;
     let before = raw_scalar(&mut c, "SELECT pg_backend_pid()").await;
+    raw_query(&mut c, "SET statement_timeout = '123s'")
+        .await
+        .0
+        .unwrap();
     c.send(&query_msg("SELECT pg_sleep(5) -- lost_autocommit"))
         .await;
     kill_running("lost_autocommit").await;
@@ -97,6 +101,8 @@ async fn a_killed_autocommit_query_fails_once_and_the_connection_goes_on() {
     // Same connection, a fresh server (pool size 1: the dead one was not returned).
     let after = raw_scalar(&mut c, "SELECT pg_backend_pid()").await;
     assert_ne!(before, after);
+    // The client's SET followed it to the new server.
+    assert_eq!(raw_scalar(&mut c, "SHOW statement_timeout").await, "123s");
     assert!(
         s.log().contains("was lost"),
         "the loss is logged:\n{}",
@@ -322,5 +328,28 @@ async fn a_pinned_client_is_closed_naming_its_state() {
     let fatal = errs.last().expect("an error");
     assert_eq!(fatal[&b'S'], "FATAL", "{errs:?}");
     assert!(fatal[&b'M'].contains("advisory locks"), "{fatal:?}");
+    assert_works(&s).await;
+}
+
+/// Requests pipelined behind the lost one inside a block: the running one gets the loss, the
+/// next one 25P02, as PostgreSQL answers after an error; ROLLBACK then works.
+#[tokio::test]
+async fn a_pipeline_inside_a_block_fails_request_by_request() {
+    let s = tx_pool();
+    let mut c = raw_login(&s, &[]).await;
+    raw_query(&mut c, "BEGIN").await.0.unwrap();
+    let pipeline = [
+        query_msg("SELECT pg_sleep(5) -- lost_pipeline"),
+        query_msg("SELECT 1"),
+    ]
+    .concat();
+    c.send(&pipeline).await;
+    kill_running("lost_pipeline").await;
+    one_error(&until_ready(&mut c).await, "08006", b'E');
+    one_error(&until_ready(&mut c).await, "25P02", b'E');
+    let (r, status) = raw_query(&mut c, "ROLLBACK").await;
+    r.unwrap();
+    assert_eq!(status, b'I');
+    assert_eq!(raw_scalar(&mut c, "SELECT 5").await, "5");
     assert_works(&s).await;
 }
