@@ -319,6 +319,7 @@ async fn serve_request(
         RelayEnd::ServerLost(lost) => {
             // The client goes on; the broken server is closed, never back to the pool.
             s.relay_scratch.take_last_clock();
+            s.entry.set_prepared(s.statements.len());
             s.cancel.slot.unlink();
             s.entry.server_id.store(0, Ordering::Relaxed);
             let id = server.id;
