@@ -483,6 +483,8 @@ pub fn run(data: &[u8]) -> Ends {
     let rewrite = mode != PoolMode::Session && flags & 4 != 0;
     let mut w = World::new();
     let mut backend = Backend::default();
+    // Everything the client was sent, across the relays.
+    let mut got = Vec::new();
     // Several relays in a row on one server, as transactions of one client would run.
     for _ in 0..8 {
         if s.done() {
@@ -491,7 +493,7 @@ pub fn run(data: &[u8]) -> Ends {
         let mut relay = w.relay(mode, rewrite, flags & 8 != 0);
         let mut wire = Vec::new();
         client_message(&mut s, &mut wire);
-        let end = drive(&mut s, &mut relay, &mut backend, &mut wire);
+        let end = drive(&mut s, &mut relay, &mut backend, &mut wire, &mut got);
         let clean = match &end {
             Some(RelayEnd::Released) | Some(RelayEnd::PinCheck) => true,
             Some(RelayEnd::ClientGone { clean }) => *clean,
@@ -514,7 +516,7 @@ pub fn run(data: &[u8]) -> Ends {
         drop(relay);
         let end = match end {
             Some(RelayEnd::ServerLost(lost)) => {
-                check_after_loss(*lost, &mut w, &wire);
+                check_after_loss(*lost, &mut w, &wire, &got);
                 ends.ended += 1;
                 ends.lost += 1;
                 return ends;
@@ -539,12 +541,16 @@ pub fn run(data: &[u8]) -> Ends {
 
 /// The answer a client gets after its server was lost, and to what it sends next, is whole
 /// messages; the errors among them are ERRORs (the connection goes on).
-fn check_after_loss(lost: super::lost::ServerLost, w: &mut World, wire: &[u8]) {
-    fn whole(mut b: &[u8]) {
+fn check_after_loss(lost: super::lost::ServerLost, w: &mut World, wire: &[u8], got: &[u8]) {
+    fn whole(all: &[u8]) {
+        let mut b = all;
         while !b.is_empty() {
-            assert!(b.len() >= 5, "a partial header: {b:?}");
+            assert!(b.len() >= 5, "a partial header: {b:?} in {all:?}");
             let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
-            assert!(len >= 4 && b.len() > len, "a partial message: {b:?}");
+            assert!(
+                len >= 4 && b.len() > len,
+                "a partial message: {b:?} in {all:?}"
+            );
             if b[0] == b'E' {
                 let f = sluice_protocol::decode_error_fields(&b[5..1 + len]).unwrap();
                 assert_eq!(f.severity, "ERROR");
@@ -552,7 +558,8 @@ fn check_after_loss(lost: super::lost::ServerLost, w: &mut World, wire: &[u8]) {
             b = &b[1 + len..];
         }
     }
-    whole(&lost.reply);
+    // The reply may finish a message the client got the start of.
+    whole(&[got, &lost.reply[..]].concat());
     // What the client sends next: its buffered bytes, then the rest of the script's.
     let mut next: Vec<u8> = [&w.c_rbuf[..], wire].concat();
     next.drain(..lost.client_skip.min(next.len()));
@@ -590,6 +597,7 @@ fn drive(
     relay: &mut RelayCore<'_>,
     backend: &mut Backend,
     wire: &mut Vec<u8>,
+    got: &mut Vec<u8>,
 ) -> Option<RelayEnd> {
     let mut started = false;
     let mut steps = 0;
@@ -650,6 +658,8 @@ fn drive(
             _ => {
                 let (a, b) = relay.to_client();
                 let n = a.len() + b.len();
+                got.extend_from_slice(a);
+                got.extend_from_slice(b);
                 relay.wrote_to_client(n);
                 relay.after_writes()
             }
