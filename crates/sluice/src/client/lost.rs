@@ -93,6 +93,16 @@ pub(super) async fn answer(
     });
     let mut out = BytesMut::new();
     match state.on_message(header.tag, None, named.as_mut(), &mut out) {
+        Step::HandOff
+            if !state.is_done() && header.tag != sluice_protocol::frontend_tag::TERMINATE =>
+        {
+            // (Only a message type the protocol does not define, which `wait_for_request`
+            // refuses first: never to a server while the failed block holds.)
+            return Err(EndReason::Error(ClientNotice::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                sluice_protocol::frontend_tag::undefined_message(header.tag),
+            )));
+        }
         Step::HandOff => {
             s.after_loss = None;
             return Ok(Answered::HandOff);

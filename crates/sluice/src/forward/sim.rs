@@ -571,6 +571,9 @@ fn check_after_loss(lost: super::lost::ServerLost, w: &mut World, wire: &[u8], g
         if len < 4 || b.len() < 1 + len {
             break;
         }
+        if !frontend_tag::is_defined_after_login(b[0]) {
+            break; // the session ends such a client before this state sees it
+        }
         let body = &b[5..1 + len];
         let mut named = Some(Prepared {
             registry: &w.registry,
