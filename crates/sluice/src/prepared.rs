@@ -25,6 +25,9 @@ pub struct Statement {
     /// Running it may create or change session state (SET, advisory locks, LISTEN...): the
     /// session tracker looks at its text each time it is executed.
     pub affects_session: bool,
+    /// How running it ends a transaction block (what a client is told if its server is lost
+    /// while it runs: `forward/lost.rs`).
+    pub ends_transaction: crate::session_state::TxEnding,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -81,6 +84,10 @@ impl StatementRegistry {
             param_types: param_types.into(),
             parse_message: msg.freeze(),
             affects_session: crate::session_state::might_affect_session(query),
+            ends_transaction: crate::session_state::transaction_ending_with(
+                query,
+                crate::session_state::LexOptions::default(),
+            ),
         });
         if map.len() >= 1024 && map.len().is_power_of_two() {
             map.retain(|_, w| w.strong_count() > 0);

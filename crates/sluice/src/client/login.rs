@@ -206,6 +206,7 @@ pub fn login<'a>(
             cancel,
             relay_scratch: RelayScratch::default(),
             idle_sleep: None,
+            after_loss: None,
             _member: member,
         })))
     }

@@ -5,6 +5,7 @@
 pub mod kill;
 pub mod limits;
 pub mod login;
+mod lost;
 pub mod registry;
 pub mod replication;
 pub mod session;

@@ -57,6 +57,9 @@ pub struct Session {
     /// The client_idle_timeout timer, made at the first wait that needs one and reset at each
     /// (inline in the wait, it sized every client's session state whether the timeout was set or not).
     pub idle_sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// The server this client was using was lost and its failed transaction, batch or COPY is
+    /// not over: its requests are answered without a server (`client/lost.rs`). Boxed: rare.
+    pub after_loss: Option<Box<crate::forward::after_loss::AfterLoss>>,
     /// Leaves the pool's client count on drop.
     pub(crate) _member: PoolMember,
 }
@@ -122,7 +125,8 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
     loop {
         // Between transactions, linked to no server: a successor may take the client over.
         // Boxed, as the other rare steps: its future would otherwise size every session's.
-        if may_hand_over && app.lifecycle.phase() == Phase::HandingOver {
+        // (Not while a lost server's failed transaction is open: that state is not handed over.)
+        if may_hand_over && s.after_loss.is_none() && app.lifecycle.phase() == Phase::HandingOver {
             match Box::pin(crate::takeover::give::hand_over(app, client, &s)).await {
                 Handoff::Taken => return Outcome::HandedOver,
                 Handoff::Refused => may_hand_over = false,
@@ -140,7 +144,8 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
             }
         }
         s.pool.refresh_settings(&mut settings);
-        match serve_request(app, client, &mut s, &mut settings, may_hand_over).await {
+        let may_hand_over_now = may_hand_over && s.after_loss.is_none();
+        match serve_request(app, client, &mut s, &mut settings, may_hand_over_now).await {
             Served::Next | Served::HandOver => {}
             Served::End(reason) => return Outcome::End(reason),
         }
@@ -197,6 +202,14 @@ async fn serve_request(
     // admin's `SET max_prepared_statements = 0` is seen by the next Bind, as in PgBouncer).
     s.pool.refresh_settings(snapshot);
     let settings: &Arc<PoolSettings> = snapshot;
+    if s.after_loss.is_some() {
+        // Its server was lost: answered without one until the failed transaction is over.
+        match Box::pin(super::lost::answer(app, client, s, settings)).await {
+            Ok(super::lost::Answered::Done) => return Served::Next,
+            Ok(super::lost::Answered::HandOff) => {}
+            Err(reason) => return Served::End(reason),
+        }
+    }
     // The request's one clock reading: its wait and the hand-out share it (and the relay's start
     // when the server is handed over at once).
     let arrived = Instant::now();
@@ -301,6 +314,25 @@ async fn serve_request(
             Some(end) => break end,
             None => relay_from = Instant::now(),
         }
+    };
+    let end = match end {
+        RelayEnd::ServerLost(lost) => {
+            // The client goes on; the broken server is closed, never back to the pool.
+            s.relay_scratch.take_last_clock();
+            s.entry.set_prepared(s.statements.len());
+            s.cancel.slot.unlink();
+            s.entry.server_id.store(0, Ordering::Relaxed);
+            let id = server.id;
+            s.pool.discard(server);
+            sync_pin_count(s);
+            let told = Box::pin(super::lost::server_lost(client, s, id, lost)).await;
+            sync_pin_count(s);
+            return match told {
+                Ok(()) => Served::Next,
+                Err(reason) => Served::End(reason),
+            };
+        }
+        end => end,
     };
     let released_at = s.relay_scratch.take_last_clock();
     s.entry.set_prepared(s.statements.len());
@@ -548,6 +580,11 @@ async fn finish(
         RelayEnd::ServerGone(notice) | RelayEnd::Fatal { notice, .. } => {
             s.pool.discard(server);
             Some(EndReason::Error(notice))
+        }
+        // (Handled before `finish`: the client goes on.)
+        RelayEnd::ServerLost(lost) => {
+            s.pool.discard(server);
+            Some(EndReason::Error(lost.notice))
         }
     }
 }

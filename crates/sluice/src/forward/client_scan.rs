@@ -5,7 +5,7 @@ use bytes::{Buf, BufMut};
 use sluice_config::PoolMode;
 use sluice_protocol::{
     decode_describe_or_close, decode_parse, encode_close, encode_describe, encode_error,
-    encode_ready_for_query, frontend_tag, peek_header, Severity,
+    encode_ready_for_query, frontend_tag, peek_header, Severity, TransactionStatus,
 };
 
 use super::core::{client_violation, RelayCore};
@@ -195,6 +195,11 @@ impl RelayCore<'_> {
         };
         let verdict = tracker.observe(sql, opts, may_pin);
         self.c_observed = true;
+        if *self.server.status != TransactionStatus::Idle && verdict == Verdict::Forward {
+            // Inside a transaction block: whether this text ends it (read if the server is lost).
+            self.outstanding
+                .merge(crate::session_state::transaction_ending_with(sql, opts));
+        }
         let Verdict::Refuse(feature) = verdict else {
             return Ok(Step::PassThrough);
         };
@@ -467,6 +472,9 @@ impl RelayCore<'_> {
                 // Refusing mid-batch is not possible here: session state from a named statement pins.
                 t.observe(stmt.query().as_bytes(), opts, true);
             }
+        }
+        if *self.server.status != TransactionStatus::Idle {
+            self.outstanding.merge(stmt.ends_transaction);
         }
         self.ensure_prepared(&stmt);
         let head_len = 5 + stmt_end + 1;

@@ -19,6 +19,7 @@ use crate::prepared::ServerStatements;
 use crate::server::params::{ParamMap, TrackedSet};
 use crate::server::{ServerAddr, ServerConn};
 use crate::session_state::tracker::SessionTracker;
+use crate::session_state::TxEnding;
 use crate::stats::PoolStats;
 
 /// Largest server message buffered whole to inspect (ReadyForQuery, ParameterStatus, CommandComplete).
@@ -186,6 +187,11 @@ pub struct RelayCore<'a> {
     /// the ReadyForQuery count is not trusted and the server is never called clean again (it is
     /// closed when the client leaves, not reused).
     pub(super) uncertain: bool,
+    /// What the requests still unanswered may have done to the transaction (transaction and
+    /// statement mode): a command sent outside a transaction block may have committed; inside
+    /// one, its text says (`session_state::transaction_ending_with`). Read only when the server
+    /// is lost (`lost.rs`); cleared once nothing is owed.
+    pub(super) outstanding: TxEnding,
     pub(super) client_done: bool,
     /// This wake-up's clock reading, taken at its first use and forgotten when the relay waits
     /// again (`forget_clock`): query start, ReadyForQuery statistics, activity and the release
@@ -255,6 +261,7 @@ impl<'a> RelayCore<'a> {
             after_command: false,
             pipelined_after_command: false,
             uncertain: false,
+            outstanding: TxEnding::default(),
             client_done: false,
             clock: Some(now),
             query_started: None,
@@ -438,6 +445,7 @@ impl<'a> RelayCore<'a> {
         if self.pending_rfq == 0 && !self.unsynced {
             self.after_command = false;
             self.pipelined_after_command = false;
+            self.outstanding = TxEnding::default();
         }
         // A single-query transaction started with its query: one subtraction serves both times.
         let mut query_time = None;
@@ -485,6 +493,11 @@ impl<'a> RelayCore<'a> {
         }
         if matches!(tag, t::QUERY | t::EXECUTE | t::FUNCTION_CALL) {
             self.after_command = true;
+            // Outside a transaction block a command commits by itself (autocommit, or the
+            // implicit transaction of a simple Query or of a batch up to its Sync).
+            if *self.server.status == TransactionStatus::Idle {
+                self.outstanding.may_commit = true;
+            }
         }
     }
 

@@ -16,11 +16,13 @@
 //! streams in `core_tests.rs`); this file is the IO shell around it: the poll loop that writes
 //! what the core says may go, reads into the core's buffers, and runs the timers.
 
+pub mod after_loss;
 mod client_scan;
 pub mod core;
 #[cfg(test)]
 mod core_tests;
 pub mod expect;
+pub mod lost;
 mod refuse;
 mod server_scan;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -80,8 +82,12 @@ pub enum RelayEnd {
     Released,
     /// The client closed or sent Terminate. `clean` = the server is idle with nothing pending.
     ClientGone { clean: bool },
-    /// The server connection failed; the client gets `notice`.
+    /// The server connection failed; the client is closed with `notice` (session mode, or a
+    /// reply cut mid-message).
     ServerGone(ClientNotice),
+    /// The server connection failed (transaction/statement mode): the client goes on, told
+    /// what PostgreSQL would tell it after such an error (`lost.rs`).
+    ServerLost(Box<lost::ServerLost>),
     /// The client is pinned, idle, and ran something that may have released the pin: the session
     /// checks the server and relays again (still pinned) or releases it.
     PinCheck,
@@ -334,8 +340,13 @@ impl<'a> Relay<'a> {
                 if let Some(rbuf) = self.core.server_wants(READ_CAP) {
                     reserve(rbuf, READ_CHUNK);
                     match self.server_stream.poll_read_into(cx, rbuf) {
-                        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                            return Poll::Ready(self.core.server_gone())
+                        Poll::Ready(Ok(0)) => {
+                            return Poll::Ready(
+                                self.core.server_lost("the server closed the connection"),
+                            )
+                        }
+                        Poll::Ready(Err(e)) => {
+                            return Poll::Ready(self.core.server_lost(&e.to_string()))
                         }
                         Poll::Ready(Ok(_)) => {
                             if let Err(end) = self.core.read_from_server() {
@@ -368,7 +379,8 @@ impl<'a> Relay<'a> {
         }
         // Rewritten bytes and the ready prefix after them go out in one write.
         match self.server_stream.poll_write_pair(cx, inject, ready) {
-            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(self.core.server_gone()),
+            Poll::Ready(Ok(0)) => Err(self.core.server_lost("the server closed the connection")),
+            Poll::Ready(Err(e)) => Err(self.core.server_lost(&e.to_string())),
             Poll::Ready(Ok(n)) => {
                 self.core.wrote_to_server(n);
                 Ok(true)

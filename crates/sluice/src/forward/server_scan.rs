@@ -9,6 +9,7 @@ use sluice_protocol::{
 
 use super::core::{RelayCore, INSPECT_MAX};
 use super::expect::{Action, Expect};
+use super::lost::fatal_cause;
 use super::RelayEnd;
 use crate::error::{invalid_server_parameter, ServerError};
 
@@ -56,6 +57,23 @@ impl RelayCore<'_> {
             let total = header.total_len();
             let avail = len - self.s.ready;
             let tracking = self.tracker.is_some();
+            if tracking && tag == backend_tag::ERROR_RESPONSE && total <= INSPECT_MAX {
+                // A FATAL is the server going away: the client is not to see it, but the loss
+                // (`lost.rs`). Errors are read whole to tell (longer ones are not FATALs a
+                // server sends when it goes).
+                if avail < total {
+                    self.s.need = self.s.ready + total;
+                    return Ok(());
+                }
+                let body = &self.server.rbuf[self.s.ready + 5..self.s.ready + total];
+                if let Some(cause) = decode_error_fields(body)
+                    .ok()
+                    .as_ref()
+                    .and_then(fatal_cause)
+                {
+                    return Err(self.server_lost(&cause));
+                }
+            }
             let inspect = matches!(
                 tag,
                 backend_tag::READY_FOR_QUERY | backend_tag::PARAMETER_STATUS
@@ -195,6 +213,9 @@ impl RelayCore<'_> {
                 }
                 backend_tag::ERROR_RESPONSE => {
                     let fields = decode_error_fields(body).map_err(|_| self.server_gone())?;
+                    if let Some(cause) = fatal_cause(&fields) {
+                        return Err(self.server_lost(&cause));
+                    }
                     let notice = invalid_server_parameter(&ServerError::Query(Box::new(fields)));
                     return Err(RelayEnd::Fatal {
                         notice,

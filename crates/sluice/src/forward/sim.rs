@@ -5,6 +5,9 @@
 //! server may be reused (released, or a client gone or refused with `clean`), the model must agree:
 //! idle, not in COPY, not skipping to a Sync, every request answered and every reply read. And the
 //! model fails the run when the relay forwards a message type undefined where the server is.
+//! The script may also lose the server mid-relay (`lost.rs`): the client's reply must then be whole
+//! messages, its errors ERRORs (not FATALs), and what the client sends next is answered without a
+//! server (`after_loss.rs`) until it hands over, with whole messages too.
 //!
 //! Compiled for tests and with the crate's `fuzzing` feature only.
 
@@ -462,6 +465,8 @@ pub struct Ends {
     pub released: usize,
     /// The relay ended otherwise (client gone, refused, server gone).
     pub ended: usize,
+    /// Of those, the server was lost and the client went on (`lost.rs`).
+    pub lost: usize,
 }
 
 /// Run one scripted relay. Panics when the relay and the backend model disagree about whether
@@ -478,6 +483,8 @@ pub fn run(data: &[u8]) -> Ends {
     let rewrite = mode != PoolMode::Session && flags & 4 != 0;
     let mut w = World::new();
     let mut backend = Backend::default();
+    // Everything the client was sent, across the relays.
+    let mut got = Vec::new();
     // Several relays in a row on one server, as transactions of one client would run.
     for _ in 0..8 {
         if s.done() {
@@ -486,12 +493,12 @@ pub fn run(data: &[u8]) -> Ends {
         let mut relay = w.relay(mode, rewrite, flags & 8 != 0);
         let mut wire = Vec::new();
         client_message(&mut s, &mut wire);
-        let end = drive(&mut s, &mut relay, &mut backend, &mut wire);
+        let end = drive(&mut s, &mut relay, &mut backend, &mut wire, &mut got);
         let clean = match &end {
             Some(RelayEnd::Released) | Some(RelayEnd::PinCheck) => true,
             Some(RelayEnd::ClientGone { clean }) => *clean,
             Some(RelayEnd::Fatal { server_clean, .. }) => *server_clean,
-            Some(RelayEnd::ServerGone(_)) | None => false,
+            Some(RelayEnd::ServerGone(_)) | Some(RelayEnd::ServerLost(_)) | None => false,
         };
         if clean {
             assert!(
@@ -507,6 +514,15 @@ pub fn run(data: &[u8]) -> Ends {
             );
         }
         drop(relay);
+        let end = match end {
+            Some(RelayEnd::ServerLost(lost)) => {
+                check_after_loss(*lost, &mut w, &wire, &got);
+                ends.ended += 1;
+                ends.lost += 1;
+                return ends;
+            }
+            end => end,
+        };
         match end {
             Some(RelayEnd::Released) | Some(RelayEnd::PinCheck) => {
                 // The next transaction starts with a fresh request.
@@ -523,18 +539,77 @@ pub fn run(data: &[u8]) -> Ends {
     ends
 }
 
+/// The answer a client gets after its server was lost, and to what it sends next, is whole
+/// messages; the errors among them are ERRORs (the connection goes on).
+fn check_after_loss(lost: super::lost::ServerLost, w: &mut World, wire: &[u8], got: &[u8]) {
+    fn whole(all: &[u8]) {
+        let mut b = all;
+        while !b.is_empty() {
+            assert!(b.len() >= 5, "a partial header: {b:?} in {all:?}");
+            let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+            assert!(
+                len >= 4 && b.len() > len,
+                "a partial message: {b:?} in {all:?}"
+            );
+            if b[0] == b'E' {
+                let f = sluice_protocol::decode_error_fields(&b[5..1 + len]).unwrap();
+                assert_eq!(f.severity, "ERROR");
+            }
+            b = &b[1 + len..];
+        }
+    }
+    // The reply may finish a message the client got the start of.
+    whole(&[got, &lost.reply[..]].concat());
+    // What the client sends next: its buffered bytes, then the rest of the script's.
+    let mut next: Vec<u8> = [&w.c_rbuf[..], wire].concat();
+    next.drain(..lost.client_skip.min(next.len()));
+    let mut state = lost.state;
+    let mut out = BytesMut::new();
+    let mut b = &next[..];
+    while b.len() >= 5 {
+        let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
+        if len < 4 || b.len() < 1 + len {
+            break;
+        }
+        if !frontend_tag::is_defined_after_login(b[0]) {
+            break; // the session ends such a client before this state sees it
+        }
+        let body = &b[5..1 + len];
+        let mut named = Some(Prepared {
+            registry: &w.registry,
+            client: &mut w.statements,
+            max_per_server: 2,
+        });
+        let mut step = state.on_message(b[0], None, named.as_mut(), &mut out);
+        if step == super::after_loss::Step::NeedBody {
+            step = state.on_message(b[0], Some(body), named.as_mut(), &mut out);
+            assert_eq!(step, super::after_loss::Step::Consumed);
+        }
+        if step == super::after_loss::Step::HandOff {
+            assert!(state.is_done() || b[0] == frontend_tag::TERMINATE);
+            break;
+        }
+        b = &b[1 + len..];
+    }
+    whole(&out);
+}
+
 /// Move bytes as the script says until the relay ends (Some) or the script runs out (None).
 fn drive(
     s: &mut Script<'_>,
     relay: &mut RelayCore<'_>,
     backend: &mut Backend,
     wire: &mut Vec<u8>,
+    got: &mut Vec<u8>,
 ) -> Option<RelayEnd> {
     let mut started = false;
     let mut steps = 0;
     while !s.done() && steps < 400 {
         steps += 1;
-        let r: Result<(), RelayEnd> = match s.byte() % 7 {
+        let r: Result<(), RelayEnd> = match s.byte() % 8 {
+            // The server is lost (closed, or its FATAL arrived), rarely.
+            7 if s.byte() < 16 && started => Err(relay.server_lost("sim")),
+            7 => Ok(()),
             // The client writes another message.
             0 => {
                 client_message(s, wire);
@@ -586,6 +661,8 @@ fn drive(
             _ => {
                 let (a, b) = relay.to_client();
                 let n = a.len() + b.len();
+                got.extend_from_slice(a);
+                got.extend_from_slice(b);
                 relay.wrote_to_client(n);
                 relay.after_writes()
             }
@@ -623,8 +700,10 @@ mod tests {
             let e = super::run(&data);
             total.released += e.released;
             total.ended += e.ended;
+            total.lost += e.lost;
         }
         // The scripts must reach the interesting ends, or the check checks nothing.
         assert!(total.released > 1000 && total.ended > 1000, "{total:?}");
+        assert!(total.lost > 100, "{total:?}");
     }
 }

@@ -34,6 +34,12 @@ pub fn classify_with<S: AsRef<[u8]> + ?Sized>(sql: &S, opts: LexOptions) -> Stat
     classify_from(sql.as_ref(), opts, false)
 }
 
+/// Every statement classified, without the byte-scan shortcut (which calls a lone COMMIT or
+/// ROLLBACK `Plain`): for the few places that need transaction control named.
+pub fn classify_full<S: AsRef<[u8]> + ?Sized>(sql: &S, opts: LexOptions) -> Statements<'_> {
+    classify_from(sql.as_ref(), opts, true)
+}
+
 /// The full classification without the byte-scan shortcut, for tests that check the shortcut.
 #[cfg(test)]
 pub(crate) fn classify_exact(sql: &str) -> Statements<'_> {
@@ -68,6 +74,61 @@ pub fn might_affect_session_with<S: AsRef<[u8]> + ?Sized>(sql: &S, opts: LexOpti
     }
     // The shortcut has just said no: the iterator need not try it again.
     classify_from(src, opts, true).any(|s| s.kind.affects_session())
+}
+
+/// How a statement text may end the transaction block it runs in: what a client is told when
+/// the server running it is lost (`forward/lost.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TxEnding {
+    /// A statement ends the block (COMMIT, END, ROLLBACK, ABORT, PREPARE TRANSACTION).
+    pub ends: bool,
+    /// A statement may have made something durable: COMMIT, END, PREPARE TRANSACTION, COMMIT
+    /// PREPARED, ROLLBACK PREPARED.
+    pub may_commit: bool,
+}
+
+impl TxEnding {
+    pub fn merge(&mut self, other: TxEnding) {
+        self.ends |= other.ends;
+        self.may_commit |= other.may_commit;
+    }
+}
+
+/// [`TxEnding`] of a simple Query's or a Parse's text. A single plain statement costs the same
+/// byte scan as [`might_affect_session_with`] and a look at its first word; only texts that it
+/// cannot settle (several statements, comments) are classified.
+pub fn transaction_ending_with<S: AsRef<[u8]> + ?Sized>(sql: &S, opts: LexOptions) -> TxEnding {
+    let src = sql.as_ref();
+    let lexer = Lexer::with_scs(src, opts.standard_conforming_strings);
+    if let Some(text) = fast_plain(src, lexer) {
+        let Some(first) = Lexer::with_scs(text, opts.standard_conforming_strings).next() else {
+            return TxEnding::default();
+        };
+        let kw = |k: &str| first.kind == TokenKind::Word && first.is_kw(k);
+        // Not special for `fast_plain`: COMMIT, END, ROLLBACK and ABORT arrive here whole.
+        if !(kw("commit") || kw("end") || kw("rollback") || kw("abort")) {
+            return TxEnding::default();
+        }
+    }
+    let mut out = TxEnding::default();
+    for s in classify_from(src, opts, true) {
+        out.merge(match s.kind {
+            StatementKind::Commit { .. } | StatementKind::PrepareTransaction => TxEnding {
+                ends: true,
+                may_commit: true,
+            },
+            StatementKind::Rollback { .. } => TxEnding {
+                ends: true,
+                may_commit: false,
+            },
+            StatementKind::CommitPrepared | StatementKind::RollbackPrepared => TxEnding {
+                ends: false,
+                may_commit: true,
+            },
+            _ => TxEnding::default(),
+        });
+    }
+    out
 }
 
 /// Iterator over the classified statements of one query text.

@@ -11,8 +11,8 @@ mod scan;
 pub mod tracker;
 
 pub use classify::{
-    classify, classify_with, might_affect_session, might_affect_session_with, references_params,
-    LexOptions, Statements,
+    classify, classify_full, classify_with, might_affect_session, might_affect_session_with,
+    references_params, transaction_ending_with, LexOptions, Statements, TxEnding,
 };
 pub use kind::{DiscardTarget, Ident, NameOrAll, SetName, Statement, StatementKind};
 

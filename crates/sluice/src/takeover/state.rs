@@ -184,6 +184,7 @@ pub fn adopt(app: &Arc<App>, st: ClientState, socket: OwnedFd) -> Result<Adopted
         cancel,
         relay_scratch: RelayScratch::default(),
         idle_sleep: None,
+        after_loss: None,
     });
     Ok(Adopted {
         guard,
