@@ -188,10 +188,20 @@ impl Anchor {
     }
 
     /// PgBouncer's own process id (its pidfile; runuser is the child), for /proc figures.
+    /// PgBouncer's pid from its pidfile, waiting up to 5 s for it: PgBouncer may accept on its
+    /// port a moment before the pidfile is written (seen on a loaded 2-core machine).
     pub fn pid(&self) -> Option<u32> {
-        fs::read_to_string(self.dir.path().join("pgbouncer.pid"))
-            .ok()
-            .and_then(|p| p.trim().parse().ok())
+        let path = self.dir.path().join("pgbouncer.pid");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let pid = fs::read_to_string(&path)
+                .ok()
+                .and_then(|p| p.trim().parse().ok());
+            if pid.is_some() || std::time::Instant::now() >= deadline {
+                return pid;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }
 
