@@ -7,5 +7,6 @@ pub mod limits;
 pub mod login;
 pub mod registry;
 pub mod replication;
+pub mod route;
 pub mod session;
 pub mod startup;

@@ -57,6 +57,8 @@ pub struct Session {
     /// The client_idle_timeout timer, made at the first wait that needs one and reset at each
     /// (inline in the wait, it sized every client's session state whether the timeout was set or not).
     pub idle_sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// Read routing's state (None when the pool routes nothing: decided at login).
+    pub route: Option<Box<super::route::ClientRoute>>,
     /// Leaves the pool's client count on drop.
     pub(crate) _member: PoolMember,
 }
@@ -140,7 +142,11 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
             }
         }
         s.pool.refresh_settings(&mut settings);
-        match serve_request(app, client, &mut s, &mut settings, may_hand_over).await {
+        let served = serve_request(app, client, &mut s, &mut settings, may_hand_over).await;
+        if let Some(home) = s.route.as_mut().and_then(|r| r.end()) {
+            s.pool = home;
+        }
+        match served {
             Served::Next | Served::HandOver => {}
             Served::End(reason) => return Outcome::End(reason),
         }
@@ -196,7 +202,21 @@ async fn serve_request(
     // A SET or RELOAD while the client was idle applies to the request that just arrived (an
     // admin's `SET max_prepared_statements = 0` is seen by the next Bind, as in PgBouncer).
     s.pool.refresh_settings(snapshot);
-    let settings: &Arc<PoolSettings> = snapshot;
+    // Read routing: a transaction that may run on a fresh standby takes its server from the
+    // standby's sibling pool (swapped back in `run` when the request is served).
+    let routed = match s.route.as_mut() {
+        Some(r) => {
+            let pinned = s.tracker.pinned().is_some();
+            r.begin(&s.pool, &client.rbuf, &s.params, pinned)
+                .map(|reader| {
+                    let settings = reader.settings();
+                    r.keep_home(std::mem::replace(&mut s.pool, reader));
+                    settings
+                })
+        }
+        None => None,
+    };
+    let settings: &Arc<PoolSettings> = routed.as_ref().unwrap_or(snapshot);
     // The request's one clock reading: its wait and the hand-out share it (and the relay's start
     // when the server is handed over at once).
     let arrived = Instant::now();
@@ -248,6 +268,9 @@ async fn serve_request(
     };
     s.entry.set_state(ClientState::Active);
     s.entry.server_id.store(server.id.0, Ordering::Relaxed);
+    if let Some(r) = s.route.as_mut() {
+        r.linked(&server);
+    }
     // The relay's first clock reading: when the server was linked (query and transaction times
     // count from there, as PgBouncer's do: the wait is wait_time), after any queries it needed.
     let prepared = match server_prep(app, client.id, s, &mut server) {

@@ -25,6 +25,9 @@ pub struct Probe {
     pub receive_lsn: Option<u64>,
     pub lag_time: Option<Duration>,
     pub timeline: Option<u32>,
+    /// The book's sequence number taken just before the check was sent
+    /// (`HostHealth::start_poll`): `wal_lsn` bounds from above what the host had then.
+    pub polled_at: u64,
 }
 
 /// Whose login the checker uses: the pool that first used the host (kept weakly: the checker
@@ -110,6 +113,19 @@ impl HostHealth {
         self.epoch.load(Ordering::Relaxed)
     }
 
+    /// Take a tick of the book's sequence just before a check is sent (read routing's poll
+    /// clock: a check whose tick is above a client's `clock_now` started after that client's
+    /// transaction ended).
+    pub(super) fn start_poll(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The book's sequence now: read by a routing client after its transaction's last
+    /// ReadyForQuery (`route::Freshness::finished`).
+    pub fn clock_now(&self) -> u64 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
     pub fn databases(&self) -> Vec<String> {
         self.databases.lock().iter().cloned().collect()
     }
@@ -179,6 +195,7 @@ impl HostHealth {
         if (was_in && !v.healthy) || (old.checked && old.role != v.role) {
             self.epoch.fetch_add(1, Ordering::Relaxed);
         }
+        v.incarnation = self.epoch.load(Ordering::Relaxed);
         if was_primary && !is_primary {
             let why = if v.healthy {
                 "is a standby now".to_string()
@@ -315,6 +332,8 @@ pub fn judge(
         lag_time: p.lag_time,
         lag_bytes,
         timeline: p.timeline.or(old.timeline),
+        polled_at: p.polled_at,
+        incarnation: old.incarnation,
         poll_seq: old.poll_seq,
         checks: old.checks,
         last_check: old.last_check,

@@ -108,6 +108,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
         )),
         generation: 1,
         forced_user: false,
+        route_reads: Default::default(),
         session: super::SessionKnobs {
             max_prepared: 0,
             pin_session_state: true,

@@ -1,0 +1,237 @@
+//! Read routing in the session loop (`route_reads`, transaction pool mode): at a transaction's
+//! start, classify the request that opens it and, when it may run on a standby and a standby is
+//! fresh enough for this client (`route::Freshness`), hand the session the standby's sibling pool
+//! (`pool/readers.rs`) for that one transaction; at its end, record where it ran.
+//!
+//! A client of a database with route_reads = off has no `ClientRoute` (decided once, at login):
+//! its transactions pay one branch on a `None`.
+
+use std::sync::Arc;
+
+use sluice_config::RouteReads;
+use sluice_protocol::frontend_tag;
+
+use crate::hosts::{self, HostHealth};
+use crate::pool::{Pool, PooledServer};
+use crate::route::{self, Freshness, HostKey, Lsn, Target};
+use crate::server::params::ParamMap;
+
+/// A routing client's state: where its transactions ran, and its hosts.
+pub struct ClientRoute {
+    mode: RouteReads,
+    /// The health of each host of the pool's list, in list order (empty until every host has a
+    /// checker: the pool's first connect enlists them).
+    hosts: Vec<Arc<HostHealth>>,
+    fresh: Freshness,
+    /// The pool the client logged in to, kept here while a transaction runs on a sibling.
+    home: Option<Arc<Pool>>,
+    /// The host (and its incarnation) of the server of the transaction under way.
+    ran_on: Option<HostKey>,
+    /// Spreads this client's reads over equally fresh standbys.
+    spread: usize,
+}
+
+impl ClientRoute {
+    /// Routing state for a client of `pool`, None when its settings route nothing.
+    pub fn for_pool(pool: &Pool, client_id: u64) -> Option<Box<ClientRoute>> {
+        let mode = pool.settings().route_reads;
+        (mode != RouteReads::Off).then(|| {
+            Box::new(ClientRoute {
+                mode,
+                hosts: Vec::new(),
+                fresh: Freshness::default(),
+                home: None,
+                ran_on: None,
+                spread: client_id as usize,
+            })
+        })
+    }
+
+    /// A transaction starts with `request` buffered (at least its first message's header): the
+    /// pool to take its server from, when not the session's own (a standby's sibling).
+    pub fn begin(
+        &mut self,
+        pool: &Arc<Pool>,
+        request: &[u8],
+        params: &ParamMap,
+        pinned: bool,
+    ) -> Option<Arc<Pool>> {
+        self.ran_on = None;
+        if pinned {
+            return None;
+        }
+        let text = opening_text(request)?;
+        let class = route::classify(text);
+        let read_only = params
+            .get("default_transaction_read_only")
+            .is_some_and(|v| v.eq_ignore_ascii_case("on"));
+        if route::wants_standby(self.mode, &class, read_only).is_err() {
+            return None;
+        }
+        if !self.know_hosts(pool) {
+            return None;
+        }
+        let mut views = [route::HostView {
+            role: route::Role::Excluded,
+            healthy: false,
+            lsn: Lsn(0),
+            polled_at: 0,
+            incarnation: 0,
+        }; 16];
+        let n = self.hosts.len().min(views.len());
+        for (v, h) in views.iter_mut().zip(&self.hosts) {
+            *v = route_view(&h.view());
+        }
+        let Target::Standby(key) = self.fresh.choose(&views[..n], self.spread).0 else {
+            return None;
+        };
+        let addr = &self.hosts.get(key.index)?.addr;
+        pool.reader(addr)
+    }
+
+    /// Resolve the pool's hosts once every one has a checker.
+    fn know_hosts(&mut self, pool: &Pool) -> bool {
+        if self.hosts.is_empty() {
+            let Some(book) = pool.host_book() else {
+                return false;
+            };
+            let addrs = &pool.settings().target.addrs;
+            if let Some(h) = book
+                .health_of(addrs)
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+            {
+                self.hosts = h;
+            }
+        }
+        !self.hosts.is_empty()
+    }
+
+    /// The session's pool is swapped for a sibling for this transaction: keep the home pool.
+    pub fn keep_home(&mut self, home: Arc<Pool>) {
+        self.home = Some(home);
+    }
+
+    /// The transaction's server is linked: note its host.
+    pub fn linked(&mut self, server: &PooledServer) {
+        self.ran_on = server.host.as_ref().and_then(|t| {
+            let index = self.hosts.iter().position(|h| Arc::ptr_eq(h, &t.health))?;
+            Some(HostKey {
+                index,
+                incarnation: t.epoch,
+            })
+        });
+    }
+
+    /// The transaction ended (or the request was refused before one ran): record where it ran
+    /// with the poll clock, and give back the home pool when a sibling served it.
+    pub fn end(&mut self) -> Option<Arc<Pool>> {
+        if let Some(key) = self.ran_on.take() {
+            if let Some(h) = self.hosts.first() {
+                self.fresh.finished(key, h.clock_now());
+            }
+        }
+        self.home.take()
+    }
+}
+
+/// A checker's view as read routing sees it: a primary out of rotation (a stale one after a
+/// failover) or a host of unknown role is neither read from nor trusted for positions.
+fn route_view(h: &hosts::HostView) -> route::HostView {
+    let role = match (h.role, h.healthy) {
+        (hosts::Role::Primary, true) => route::Role::Primary,
+        (hosts::Role::Standby, _) => route::Role::Standby,
+        _ => route::Role::Excluded,
+    };
+    route::HostView {
+        role,
+        healthy: h.checked && h.healthy,
+        lsn: Lsn(h.wal_lsn.unwrap_or(0)),
+        polled_at: if h.wal_lsn.is_some() { h.polled_at } else { 0 },
+        incarnation: h.incarnation,
+    }
+}
+
+/// The text that opens the transaction: a simple Query's, or the statement of a Parse that
+/// starts an extended-protocol batch. A Parse is only taken when the batch up to its Sync is
+/// buffered with one Execute (so that the text opens and is the whole transaction, unless it
+/// declares itself read only); anything else (a Bind of a statement parsed earlier, a message
+/// not fully read) gives None: the primary.
+fn opening_text(buf: &[u8]) -> Option<&[u8]> {
+    let (tag, body, _) = message(buf)?;
+    match tag {
+        frontend_tag::QUERY => Some(cstr(body)?.0),
+        frontend_tag::PARSE => {
+            let (_, rest) = cstr(body)?;
+            let (text, _) = cstr(rest)?;
+            let mut at = 0;
+            let mut executes = 0;
+            loop {
+                let (tag, _, len) = message(&buf[at..])?;
+                at += len;
+                match tag {
+                    frontend_tag::EXECUTE => executes += 1,
+                    frontend_tag::SYNC => break,
+                    _ => {}
+                }
+            }
+            let declared = matches!(
+                route::classify(text).verdict,
+                route::Verdict::DeclaredReadOnly(_)
+            );
+            (executes == 1 || declared).then_some(text)
+        }
+        _ => None,
+    }
+}
+
+/// One whole message at the start of `buf`: tag, body, total length.
+fn message(buf: &[u8]) -> Option<(u8, &[u8], usize)> {
+    let tag = *buf.first()?;
+    let len = u32::from_be_bytes(buf.get(1..5)?.try_into().ok()?) as usize;
+    let body = buf.get(5..1 + len)?;
+    Some((tag, body, 1 + len))
+}
+
+/// A NUL-terminated string and what follows it.
+fn cstr(b: &[u8]) -> Option<(&[u8], &[u8])> {
+    let nul = b.iter().position(|&c| c == 0)?;
+    Some((&b[..nul], &b[nul + 1..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut v = vec![tag];
+        v.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn opening_texts() {
+        let q = msg(b'Q', b"SELECT 1\0");
+        assert_eq!(opening_text(&q), Some(&b"SELECT 1"[..]));
+        assert_eq!(opening_text(&q[..6]), None);
+        let parse = msg(b'P', b"s1\0SELECT 1\0\0\0");
+        let bind = msg(b'B', b"\0s1\0\0\0\0\0\0\0");
+        let exec = msg(b'E', b"\0\0\0\0\0");
+        let sync = msg(b'S', b"");
+        let one = [parse.clone(), bind.clone(), exec.clone(), sync.clone()].concat();
+        assert_eq!(opening_text(&one), Some(&b"SELECT 1"[..]));
+        let two = [
+            parse.clone(),
+            bind.clone(),
+            exec.clone(),
+            exec.clone(),
+            sync.clone(),
+        ]
+        .concat();
+        assert_eq!(opening_text(&two), None);
+        let unsynced = [parse, bind.clone(), exec].concat();
+        assert_eq!(opening_text(&unsynced), None);
+        assert_eq!(opening_text(&[bind, sync].concat()), None);
+    }
+}
