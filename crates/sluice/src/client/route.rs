@@ -57,7 +57,9 @@ impl ClientRoute {
         pinned: bool,
     ) -> Option<Arc<Pool>> {
         self.ran_on = None;
-        if pinned {
+        // Every transaction's host counts for freshness (writes above all): know the hosts
+        // before the first one, whatever it is.
+        if !self.know_hosts(pool) || pinned {
             return None;
         }
         let text = opening_text(request)?;
@@ -66,9 +68,6 @@ impl ClientRoute {
             .get("default_transaction_read_only")
             .is_some_and(|v| v.eq_ignore_ascii_case("on"));
         if route::wants_standby(self.mode, &class, read_only).is_err() {
-            return None;
-        }
-        if !self.know_hosts(pool) {
             return None;
         }
         let mut views = [route::HostView {

@@ -1,0 +1,211 @@
+//! Read routing (`route_reads`) against a real primary and a streaming standby
+//! (`sluice_e2e::ReplicaSet`): explicit mode sends transactions declared read only to the standby
+//! and the rest to the primary; auto mode also sends single reads there and keeps what writes or
+//! locks (nextval, data-modifying CTEs, FOR UPDATE) on the primary; a client reads its own writes
+//! while the standby's replay is paused (its reads go to the primary) while a client that wrote
+//! nothing reads from the standby; route_reads = off sends everything to the primary.
+
+use sluice_e2e::{Console, PgNode, ReplicaSet, Sluice};
+use tokio_postgres::SimpleQueryMessage;
+
+fn hosts(nodes: &[&PgNode]) -> String {
+    let h: Vec<&str> = nodes.iter().map(|_| "127.0.0.1").collect();
+    let p: Vec<String> = nodes.iter().map(|n| n.port.to_string()).collect();
+    format!(
+        "host={} port={} dbname=postgres target_session_attrs=read-write",
+        h.join(","),
+        p.join(",")
+    )
+}
+
+fn start(databases: &str) -> Sluice {
+    let ini = format!(
+        "[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {{port}}\n\
+         unix_socket_dir = {{dir}}\nauth_file = {{userlist}}\nauth_type = trust\n\
+         admin_users = postgres\npool_mode = transaction\ndefault_pool_size = 4\n\
+         server_login_retry = 1\n\n[sluice]\nhost_check_interval = 0.2\n"
+    );
+    Sluice::builder(&ini)
+        .userlist("\"postgres\" \"\"\n")
+        .start()
+}
+
+async fn client(s: &Sluice, db: &str) -> tokio_postgres::Client {
+    s.connect("postgres", "", db)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {db}: {e}; log:\n{}", s.log()))
+}
+
+/// The first column of the first row of a simple query (its last statement's rows).
+async fn one(c: &tokio_postgres::Client, sql: &str) -> Result<String, tokio_postgres::Error> {
+    let msgs = c.simple_query(sql).await?;
+    Ok(msgs
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("").to_string()),
+            _ => None,
+        })
+        .unwrap_or_default())
+}
+
+const PORT: &str = "SELECT current_setting('port')";
+
+fn make_table(primary: &PgNode) {
+    primary.psql(
+        "postgres",
+        "CREATE TABLE t(id bigserial PRIMARY KEY, v int)",
+    );
+}
+
+/// Wait until the standby has replayed the primary's current position.
+fn caught_up(primary: &PgNode, standby: &PgNode) {
+    let target = primary.psql("postgres", "SELECT pg_current_wal_lsn()");
+    for _ in 0..200 {
+        let done = standby.psql(
+            "postgres",
+            &format!("SELECT pg_last_wal_replay_lsn() >= '{target}'::pg_lsn"),
+        );
+        if done == "t" {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("standby did not replay up to {target}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_routes_declared_read_only_transactions_and_off_routes_nothing() {
+    let set = ReplicaSet::new(1);
+    let (p, sb) = (&set.nodes[0], &set.nodes[1]);
+    make_table(p);
+    caught_up(p, sb);
+    let dbs = format!(
+        "ex = {h} route_reads=explicit\noff = {h} route_reads=off\n",
+        h = hosts(&[p, sb])
+    );
+    let s = start(&dbs);
+    let (pp, sp) = (p.port.to_string(), sb.port.to_string());
+
+    let c = client(&s, "ex").await;
+    c.simple_query("BEGIN READ ONLY").await.unwrap();
+    assert_eq!(one(&c, PORT).await.unwrap(), sp, "{}", s.log());
+    assert_eq!(one(&c, "SELECT pg_is_in_recovery()").await.unwrap(), "t");
+    c.simple_query("COMMIT").await.unwrap();
+    // Not declared: the primary, reads and writes alike.
+    assert_eq!(one(&c, PORT).await.unwrap(), pp);
+    assert_eq!(
+        one(&c, "INSERT INTO t(v) VALUES (1) RETURNING v")
+            .await
+            .unwrap(),
+        "1"
+    );
+    c.simple_query("BEGIN").await.unwrap();
+    assert_eq!(one(&c, "SELECT pg_is_in_recovery()").await.unwrap(), "f");
+    c.simple_query("COMMIT").await.unwrap();
+    // A client that wrote nothing reads from the standby in a transaction declared read only
+    // (START TRANSACTION form, in one text with its statements).
+    let fresh = client(&s, "ex").await;
+    assert_eq!(
+        one(
+            &fresh,
+            "START TRANSACTION READ ONLY; SELECT current_setting('port'); COMMIT"
+        )
+        .await
+        .unwrap(),
+        sp
+    );
+
+    // SHOW POOLS: one row for the database, its servers on both hosts counted there.
+    let mut con = Console::connect(s.port, "postgres", "").await.unwrap();
+    let r = con.query("SHOW POOLS").await.unwrap();
+    let (db, active, idle) = (r.col("database"), r.col("sv_active"), r.col("sv_idle"));
+    let rows: Vec<_> = r
+        .rows
+        .iter()
+        .filter(|row| row[db].as_deref() == Some("ex"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{:?}", r.rows);
+    let n = |i: usize| {
+        rows[0][i]
+            .as_deref()
+            .unwrap_or("0")
+            .parse::<usize>()
+            .unwrap()
+    };
+    assert!(n(active) + n(idle) >= 2, "{:?}", rows[0]);
+
+    let off = client(&s, "off").await;
+    off.simple_query("BEGIN READ ONLY").await.unwrap();
+    assert_eq!(one(&off, PORT).await.unwrap(), pp);
+    off.simple_query("COMMIT").await.unwrap();
+    assert_eq!(one(&off, PORT).await.unwrap(), pp);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_routes_proven_reads_and_keeps_writes_and_locks_on_the_primary() {
+    let set = ReplicaSet::new(1);
+    let (p, sb) = (&set.nodes[0], &set.nodes[1]);
+    make_table(p);
+    caught_up(p, sb);
+    let dbs = format!("au = {} route_reads=auto\n", hosts(&[p, sb]));
+    let s = start(&dbs);
+    let sp = sb.port.to_string();
+
+    let reader = client(&s, "au").await;
+    assert_eq!(one(&reader, PORT).await.unwrap(), sp, "{}", s.log());
+    // Each of these fails with 25006 on a standby: success says the primary ran it.
+    let writer = client(&s, "au").await;
+    for sql in [
+        "SELECT nextval('t_id_seq')",
+        "WITH x AS (INSERT INTO t(v) VALUES (2) RETURNING v) SELECT v FROM x",
+        "SELECT v FROM t FOR UPDATE",
+        "SELECT pg_is_in_recovery()",
+    ] {
+        writer
+            .simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}; log:\n{}", s.log()));
+    }
+    assert_eq!(
+        one(&writer, "SELECT pg_is_in_recovery()").await.unwrap(),
+        "f"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reads_its_own_writes_while_the_standby_lags() {
+    let set = ReplicaSet::new(1);
+    let (p, sb) = (&set.nodes[0], &set.nodes[1]);
+    make_table(p);
+    caught_up(p, sb);
+    let dbs = format!("au = {} route_reads=auto\n", hosts(&[p, sb]));
+    let s = start(&dbs);
+    let (pp, sp) = (p.port.to_string(), sb.port.to_string());
+    sb.psql("postgres", "SELECT pg_wal_replay_pause()");
+
+    let writer = client(&s, "au").await;
+    let other = client(&s, "au").await;
+    for i in 0..10 {
+        let id = one(
+            &writer,
+            &format!("INSERT INTO t(v) VALUES ({i}) RETURNING id"),
+        )
+        .await
+        .unwrap();
+        let seen = one(
+            &writer,
+            &format!("SELECT current_setting('port') || ':' || count(*) FROM t WHERE id = {id}"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(seen, format!("{pp}:1"), "read {i} after its write");
+        if i == 5 {
+            // Later reads come after the checker's polls of the paused standby: still the primary.
+            tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+        }
+    }
+    // A client with no writes may read from the standby (it has seen nothing newer).
+    assert_eq!(one(&other, PORT).await.unwrap(), sp, "{}", s.log());
+    sb.psql("postgres", "SELECT pg_wal_replay_resume()");
+}
