@@ -1,7 +1,8 @@
 //! Read routing (`route_reads`) against a real primary and a streaming standby
 //! (`sluice_e2e::ReplicaSet`): explicit mode sends transactions declared read only to the standby
 //! and the rest to the primary; auto mode also sends single reads there and keeps what writes or
-//! locks (nextval, data-modifying CTEs, FOR UPDATE) on the primary; a client reads its own writes
+//! locks (nextval, data-modifying CTEs, FOR UPDATE) on the primary, and replays on the primary a
+//! read the standby refused with 25006 before any row went out; a client reads its own writes
 //! while the standby's replay is paused (its reads go to the primary) while a client that wrote
 //! nothing reads from the standby; route_reads = off sends everything to the primary.
 
@@ -171,6 +172,46 @@ async fn auto_routes_proven_reads_and_keeps_writes_and_locks_on_the_primary() {
         one(&writer, "SELECT pg_is_in_recovery()").await.unwrap(),
         "f"
     );
+
+    // A write hidden in a function passes as a read: the standby refuses it with 25006 before
+    // any row went out, and the pool runs it on the primary; the client sees success.
+    p.psql(
+        "postgres",
+        "CREATE FUNCTION hidden_write(x int) RETURNS int LANGUAGE plpgsql AS \
+         $$ BEGIN INSERT INTO t(v) VALUES (x); RETURN x; END $$",
+    );
+    caught_up(p, sb);
+    let hidden = client(&s, "au").await;
+    assert_eq!(
+        one(&hidden, "SELECT hidden_write(77)")
+            .await
+            .unwrap_or_else(|e| panic!("{e}; log:\n{}", s.log())),
+        "77"
+    );
+    assert_eq!(
+        p.psql("postgres", "SELECT count(*) FROM t WHERE v = 77"),
+        "1"
+    );
+    // Rows went to the client before the write failed: the error is the client's.
+    let late = client(&s, "au").await;
+    let err = late
+        .simple_query(
+            "SELECT CASE WHEN i < 3 THEN i ELSE hidden_write(88) END FROM generate_series(1, 5) i",
+        )
+        .await
+        .expect_err("the standby refuses the write after two rows");
+    assert_eq!(
+        err.code().map(|c| c.code()),
+        Some("25006"),
+        "{err}; log:\n{}",
+        s.log()
+    );
+    assert_eq!(
+        p.psql("postgres", "SELECT count(*) FROM t WHERE v = 88"),
+        "0"
+    );
+    // The refused client carries on.
+    assert_eq!(one(&late, "SELECT 1").await.unwrap(), "1");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

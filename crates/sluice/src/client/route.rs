@@ -29,6 +29,11 @@ pub struct ClientRoute {
     ran_on: Option<HostKey>,
     /// Spreads this client's reads over equally fresh standbys.
     spread: usize,
+    /// auto mode: the single simple Query of the read under way on a standby, kept to run it
+    /// on the primary if the standby refuses it with 25006 before anything reached the client.
+    replay: Option<Vec<u8>>,
+    /// The standby refused: the request runs on the primary next.
+    force_primary: bool,
 }
 
 impl ClientRoute {
@@ -43,6 +48,8 @@ impl ClientRoute {
                 home: None,
                 ran_on: None,
                 spread: client_id as usize,
+                replay: None,
+                force_primary: false,
             })
         })
     }
@@ -57,9 +64,10 @@ impl ClientRoute {
         pinned: bool,
     ) -> Option<Arc<Pool>> {
         self.ran_on = None;
+        self.replay = None;
         // Every transaction's host counts for freshness (writes above all): know the hosts
         // before the first one, whatever it is.
-        if !self.know_hosts(pool) || pinned {
+        if !self.know_hosts(pool) || pinned || std::mem::take(&mut self.force_primary) {
             return None;
         }
         let text = opening_text(request)?;
@@ -67,9 +75,7 @@ impl ClientRoute {
         let read_only = params
             .get("default_transaction_read_only")
             .is_some_and(|v| v.eq_ignore_ascii_case("on"));
-        if route::wants_standby(self.mode, &class, read_only).is_err() {
-            return None;
-        }
+        let because = route::wants_standby(self.mode, &class, read_only).ok()?;
         let mut views = [route::HostView {
             role: route::Role::Excluded,
             healthy: false,
@@ -85,7 +91,34 @@ impl ClientRoute {
             return None;
         };
         let addr = &self.hosts.get(key.index)?.addr;
-        pool.reader(addr)
+        let reader = pool.reader(addr)?;
+        // A proven read (not one the client declared) that is the whole request buffered: it
+        // may be replayed on the primary.
+        let whole = message(request)
+            .is_some_and(|(tag, _, len)| tag == frontend_tag::QUERY && len == request.len());
+        if whole && matches!(because, route::ReadOnlyBecause::ProvenRead(_)) {
+            self.replay = Some(request.to_vec());
+        }
+        Some(reader)
+    }
+
+    /// The read under way may be replayed on the primary (the relay guards its replies).
+    pub fn replayable(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// The standby refused the read with 25006 before anything reached the client: put the
+    /// request back in front of what the client sent since, for the primary.
+    pub fn refused(&mut self, rbuf: &mut bytes::BytesMut) {
+        let Some(request) = self.replay.take() else {
+            return;
+        };
+        let mut again = bytes::BytesMut::with_capacity(request.len() + rbuf.len());
+        again.extend_from_slice(&request);
+        again.extend_from_slice(rbuf);
+        *rbuf = again;
+        self.ran_on = None;
+        self.force_primary = true;
     }
 
     /// Resolve the pool's hosts once every one has a checker.

@@ -209,6 +209,9 @@ async fn serve_request(
             let pinned = s.tracker.pinned().is_some();
             r.begin(&s.pool, &client.rbuf, &s.params, pinned)
                 .map(|reader| {
+                    if r.replayable() {
+                        s.relay_scratch.guard_read();
+                    }
                     let settings = reader.settings();
                     r.keep_home(std::mem::replace(&mut s.pool, reader));
                     settings
@@ -330,6 +333,19 @@ async fn serve_request(
     s.cancel.slot.unlink();
     s.entry.server_id.store(0, Ordering::Relaxed);
     sync_pin_count(s);
+    if let Some(r) = s.route.as_mut() {
+        if s.relay_scratch.take_read_refused() {
+            // A write hidden in the read: the standby said 25006 before anything reached the
+            // client. Its server owes replies (closed); the request runs again on the primary.
+            tracing::debug!(
+                "C-{}: read refused by standby, replayed on the primary",
+                client.id
+            );
+            s.pool.discard(server);
+            r.refused(&mut client.rbuf);
+            return Served::Next;
+        }
+    }
     if s.tracker.take_touched() || s.tracker.has_tracked() {
         server.gucs_owner = Some(client.id);
         server.gucs_dirty = true;
