@@ -6,7 +6,7 @@
 //! while the standby's replay is paused (its reads go to the primary) while a client that wrote
 //! nothing reads from the standby; route_reads = off sends everything to the primary.
 
-use sluice_e2e::{Console, PgNode, ReplicaSet, Sluice};
+use sluice_e2e::{free_port, metrics, sample, Console, PgNode, ReplicaSet, Sluice};
 use tokio_postgres::SimpleQueryMessage;
 
 fn hosts(nodes: &[&PgNode]) -> String {
@@ -20,11 +20,15 @@ fn hosts(nodes: &[&PgNode]) -> String {
 }
 
 fn start(databases: &str) -> Sluice {
+    start_with(databases, "")
+}
+
+fn start_with(databases: &str, sluice_lines: &str) -> Sluice {
     let ini = format!(
         "[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {{port}}\n\
          unix_socket_dir = {{dir}}\nauth_file = {{userlist}}\nauth_type = trust\n\
          admin_users = postgres\npool_mode = transaction\ndefault_pool_size = 4\n\
-         server_login_retry = 1\n\n[sluice]\nhost_check_interval = 0.2\n"
+         server_login_retry = 1\n\n[sluice]\nhost_check_interval = 0.2\n{sluice_lines}\n"
     );
     Sluice::builder(&ini)
         .userlist("\"postgres\" \"\"\n")
@@ -150,8 +154,15 @@ async fn auto_routes_proven_reads_and_keeps_writes_and_locks_on_the_primary() {
     make_table(p);
     caught_up(p, sb);
     let dbs = format!("au = {} route_reads=auto\n", hosts(&[p, sb]));
-    let s = start(&dbs);
+    let mport = free_port();
+    let s = start_with(&dbs, &format!("metrics_listen_addr = 127.0.0.1:{mport}"));
     let sp = sb.port.to_string();
+    let counter = |text: &str, name: &str| {
+        sample(
+            text,
+            &format!("{name}{{host=\"127.0.0.1\",port=\"{}\"}}", sb.port),
+        )
+    };
 
     let reader = client(&s, "au").await;
     assert_eq!(one(&reader, PORT).await.unwrap(), sp, "{}", s.log());
@@ -192,6 +203,9 @@ async fn auto_routes_proven_reads_and_keeps_writes_and_locks_on_the_primary() {
         p.psql("postgres", "SELECT count(*) FROM t WHERE v = 77"),
         "1"
     );
+    let m = metrics(mport).await;
+    assert_eq!(counter(&m, "sluice_host_reads_replayed_total"), 1.0, "{m}");
+    assert_eq!(counter(&m, "sluice_host_routed_reads_total"), 2.0, "{m}");
     // Rows went to the client before the write failed: the error is the client's.
     let late = client(&s, "au").await;
     let err = late

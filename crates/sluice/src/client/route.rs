@@ -6,6 +6,7 @@
 //! A client of a database with route_reads = off has no `ClientRoute` (decided once, at login):
 //! its transactions pay one branch on a `None`.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use sluice_config::RouteReads;
@@ -90,8 +91,9 @@ impl ClientRoute {
         let Target::Standby(key) = self.fresh.choose(&views[..n], self.spread).0 else {
             return None;
         };
-        let addr = &self.hosts.get(key.index)?.addr;
-        let reader = pool.reader(addr)?;
+        let host = self.hosts.get(key.index)?;
+        let reader = pool.reader(&host.addr)?;
+        host.routed_reads.fetch_add(1, Ordering::Relaxed);
         // A proven read (not one the client declared) that is the whole request buffered: it
         // may be replayed on the primary.
         let whole = message(request)
@@ -113,6 +115,10 @@ impl ClientRoute {
         let Some(request) = self.replay.take() else {
             return;
         };
+        let host = self.ran_on.and_then(|k| self.hosts.get(k.index));
+        if let Some(h) = host {
+            h.reads_replayed.fetch_add(1, Ordering::Relaxed);
+        }
         let mut again = bytes::BytesMut::with_capacity(request.len() + rbuf.len());
         again.extend_from_slice(&request);
         again.extend_from_slice(rbuf);

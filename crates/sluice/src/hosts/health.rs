@@ -57,6 +57,10 @@ pub struct HostHealth {
     changed: Arc<Notify>,
     /// The book's view sequence (`HostView::poll_seq`).
     seq: Arc<AtomicU64>,
+    /// Read routing: transactions sent to this standby, and of those, reads it refused with
+    /// 25006 that ran again on the primary (/metrics).
+    pub routed_reads: AtomicU64,
+    pub reads_replayed: AtomicU64,
 }
 
 /// A server's claim on its host's health, taken at connect.
@@ -95,6 +99,8 @@ impl HostHealth {
             running: AtomicBool::new(false),
             changed,
             seq,
+            routed_reads: AtomicU64::new(0),
+            reads_replayed: AtomicU64::new(0),
         }
     }
 
