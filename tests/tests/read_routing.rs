@@ -121,6 +121,28 @@ async fn explicit_routes_declared_read_only_transactions_and_off_routes_nothing(
         sp
     );
 
+    // default_transaction_read_only on for the session: its plain reads may go to a standby
+    // (once a poll after its SET has shown the standby caught up).
+    let ro = client(&s, "ex").await;
+    ro.simple_query("SET default_transaction_read_only = on")
+        .await
+        .unwrap();
+    let mut on_standby = false;
+    for _ in 0..30 {
+        if one(&ro, PORT).await.unwrap() == sp {
+            on_standby = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(on_standby, "{}", s.log());
+    // A write fails there as it would on the primary (the session asked for read only).
+    let err = ro
+        .simple_query("INSERT INTO t(v) VALUES (3)")
+        .await
+        .expect_err("read-only session");
+    assert_eq!(err.code().map(|c| c.code()), Some("25006"));
+
     // SHOW POOLS: one row for the database, its servers on both hosts counted there.
     let mut con = Console::connect(s.port, "postgres", "").await.unwrap();
     let r = con.query("SHOW POOLS").await.unwrap();
