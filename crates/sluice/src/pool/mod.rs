@@ -165,7 +165,9 @@ pub struct Pool {
     /// RECONNECT: servers with an id up to this one close when next released.
     close_upto: AtomicU64,
     /// Read routing: a sibling pool per standby host (`readers.rs`); empty unless route_reads.
-    readers: Mutex<Vec<(crate::server::ServerAddr, Arc<Pool>)>>,
+    /// Read without a lock by every routed transaction; replaced whole under `readers_made`.
+    readers: ArcSwap<Vec<(crate::server::ServerAddr, Arc<Pool>)>>,
+    readers_made: Mutex<()>,
     /// This pool is such a sibling.
     is_reader: bool,
 }
@@ -226,7 +228,8 @@ impl Pool {
             cross: CrossWorkerCounts::default(),
             servers_book: book.unwrap_or_default(),
             close_upto: AtomicU64::new(0),
-            readers: Mutex::new(Vec::new()),
+            readers: ArcSwap::from_pointee(Vec::new()),
+            readers_made: Mutex::new(()),
             is_reader,
         })
     }
@@ -277,7 +280,7 @@ impl Pool {
         }
         self.settings.store(Arc::new(new));
         self.settings_version.fetch_add(1, Ordering::Release);
-        self.drop_readers();
+        self.drop_readers(false);
         if changed {
             *self.welcome.lock() = None;
             drop(self.drain_idle());
@@ -339,7 +342,7 @@ impl Pool {
             total,
         };
         // Read routing's standby servers count in the pool's one row (clients log in here).
-        self.readers_now().iter().fold(mine, |a, r| {
+        self.readers_now().iter().fold(mine, |a, (_, r)| {
             let b = r.counts();
             PoolCounts {
                 clients: a.clients,
@@ -383,7 +386,7 @@ impl Pool {
     pub fn reconnect(self: &Arc<Self>) {
         self.close_upto
             .fetch_max(self.servers_book.max_id(), Ordering::Relaxed);
-        for r in self.readers_now() {
+        for (_, r) in self.readers_now().iter() {
             r.reconnect();
         }
         self.close_idle();
@@ -391,7 +394,7 @@ impl Pool {
 
     /// Close every idle server (PAUSE, KILL, RECONNECT).
     pub fn close_idle(self: &Arc<Self>) {
-        for r in self.readers_now() {
+        for (_, r) in self.readers_now().iter() {
             r.close_idle();
         }
         drop(self.drain_idle());
@@ -491,7 +494,7 @@ impl Pool {
 
     /// The database was dropped from the config: fail waiters, close idle servers, refuse new work.
     pub fn mark_removed(&self) {
-        self.drop_readers();
+        self.drop_readers(true);
         self.removed.store(true, Ordering::Relaxed);
         self.barrier();
         drop(self.drain_idle());
@@ -511,7 +514,7 @@ impl Pool {
             }
             self.removed.store(true, Ordering::Relaxed);
         }
-        self.drop_readers();
+        self.drop_readers(true);
         self.barrier();
         drop(self.drain_idle());
         for w in self.drain_waiters() {
@@ -522,7 +525,7 @@ impl Pool {
 
     /// Stop (or allow) opening servers and handing them out (PAUSE / shutdown).
     pub fn set_paused(self: &Arc<Self>, paused: bool) {
-        for r in self.readers_now() {
+        for (_, r) in self.readers_now().iter() {
             r.set_paused(paused);
         }
         self.paused.store(paused, Ordering::Relaxed);
@@ -538,7 +541,7 @@ impl Pool {
     }
 
     fn fail_waiters_dyn(&self, make: &dyn Fn() -> PoolError) {
-        for r in self.readers_now() {
+        for (_, r) in self.readers_now().iter() {
             r.fail_waiters_dyn(make);
         }
         for w in self.drain_waiters() {
@@ -550,7 +553,7 @@ impl Pool {
     /// server_idle_timeout / server_lifetime, and grow for waiters and min_pool_size (this is also
     /// how a failed login is retried after server_login_retry).
     pub fn maintain(self: &Arc<Self>) {
-        for r in self.readers_now() {
+        for (_, r) in self.readers_now().iter() {
             r.maintain();
         }
         let settings = self.settings();

@@ -18,8 +18,13 @@ impl Pool {
         if self.is_reader || self.is_removed() {
             return None;
         }
-        let mut readers = self.readers.lock();
-        if let Some((_, p)) = readers.iter().find(|(a, _)| a == addr) {
+        // The common case: one lock-free load, no shared write but the clone's count.
+        if let Some((_, p)) = self.readers.load().iter().find(|(a, _)| a == addr) {
+            return Some(p.clone());
+        }
+        let _made = self.readers_made.lock();
+        let now = self.readers.load_full();
+        if let Some((_, p)) = now.iter().find(|(a, _)| a == addr) {
             return Some(p.clone());
         }
         let settings = standby_settings(&self.settings(), addr);
@@ -38,7 +43,9 @@ impl Pool {
         if self.is_paused() {
             p.paused.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        readers.push((addr.clone(), p.clone()));
+        let mut next = (*now).clone();
+        next.push((addr.clone(), p.clone()));
+        self.readers.store(Arc::new(next));
         Some(p)
     }
 
@@ -48,16 +55,25 @@ impl Pool {
     }
 
     /// The sibling pools now (for the pool's own maintenance, counts and switches).
-    pub(super) fn readers_now(&self) -> Vec<Arc<Pool>> {
-        self.readers.lock().iter().map(|(_, p)| p.clone()).collect()
+    pub(super) fn readers_now(&self) -> Arc<Vec<(ServerAddr, Arc<Pool>)>> {
+        self.readers.load_full()
     }
 
-    /// A reload: siblings are made again with the new settings at their next use; servers
-    /// handed out by the old ones close when released there (their pool is gone).
-    pub(super) fn drop_readers(&self) {
-        let old: Vec<_> = std::mem::take(&mut *self.readers.lock());
-        for (_, p) in old {
-            p.mark_removed();
+    /// Forget the siblings: at a reload (`removed` false) they are made again with the new
+    /// settings at their next use, while the old ones serve the clients already waiting there
+    /// and close their servers when the last session using them lets go (their idle ones now);
+    /// when the pool is removed, they are removed with it.
+    pub(super) fn drop_readers(&self, removed: bool) {
+        let old = {
+            let _made = self.readers_made.lock();
+            self.readers.swap(Arc::new(Vec::new()))
+        };
+        for (_, p) in old.iter() {
+            if removed {
+                p.mark_removed();
+            } else {
+                drop(p.drain_idle());
+            }
         }
     }
 }
