@@ -249,6 +249,49 @@ mod tests {
     }
 
     #[test]
+    fn checker_views_as_routing_sees_them() {
+        let v = |role, healthy, lsn: Option<u64>| hosts::HostView {
+            role,
+            checked: true,
+            healthy,
+            wal_lsn: lsn,
+            polled_at: 7,
+            incarnation: 3,
+            ..hosts::HostView::default()
+        };
+        let p = route_view(&v(hosts::Role::Primary, true, Some(100)));
+        assert_eq!(
+            (p.role, p.healthy, p.lsn, p.polled_at),
+            (route::Role::Primary, true, Lsn(100), 7)
+        );
+        // A stale primary (out of rotation) bounds nothing and is never read from.
+        assert_eq!(
+            route_view(&v(hosts::Role::Primary, false, Some(900))).role,
+            route::Role::Excluded
+        );
+        assert_eq!(
+            route_view(&v(hosts::Role::Unknown, true, None)).role,
+            route::Role::Excluded
+        );
+        let sb = route_view(&v(hosts::Role::Standby, false, Some(50)));
+        assert_eq!(
+            (sb.role, sb.healthy, sb.incarnation),
+            (route::Role::Standby, false, 3)
+        );
+        // No position read: never taken as a bound.
+        assert_eq!(
+            route_view(&v(hosts::Role::Standby, true, None)).polled_at,
+            0
+        );
+        let unchecked = hosts::HostView {
+            role: hosts::Role::Standby,
+            healthy: true,
+            ..hosts::HostView::default()
+        };
+        assert!(!route_view(&unchecked).healthy);
+    }
+
+    #[test]
     fn opening_texts() {
         let q = msg(b'Q', b"SELECT 1\0");
         assert_eq!(opening_text(&q), Some(&b"SELECT 1"[..]));

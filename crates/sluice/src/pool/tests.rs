@@ -24,6 +24,7 @@ use crate::workers::cross::CrossEvent;
 mod config;
 mod failover;
 mod lifetime;
+mod readers;
 mod retry;
 mod workers;
 
