@@ -206,6 +206,8 @@ async fn serve_request(
     // standby's sibling pool (swapped back in `run` when the request is served).
     let routed = match s.route.as_mut() {
         Some(r) => {
+            // A guard armed for a request that never reached a relay does not carry over.
+            s.relay_scratch.take_read_refused();
             let pinned = s.tracker.pinned().is_some();
             r.begin(&s.pool, &client.rbuf, &s.params, pinned)
                 .map(|reader| {
