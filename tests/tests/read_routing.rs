@@ -54,6 +54,18 @@ async fn one(c: &tokio_postgres::Client, sql: &str) -> Result<String, tokio_post
         .unwrap_or_default())
 }
 
+/// SHOW STATS' total_xact_count of a database.
+async fn xacts(s: &Sluice, db: &str) -> u64 {
+    let mut con = Console::connect(s.port, "postgres", "").await.unwrap();
+    let r = con.query("SHOW STATS").await.unwrap();
+    let (d, x) = (r.col("database"), r.col("total_xact_count"));
+    r.rows
+        .iter()
+        .find(|row| row[d].as_deref() == Some(db))
+        .and_then(|row| row[x].as_deref()?.parse().ok())
+        .unwrap_or(0)
+}
+
 const PORT: &str = "SELECT current_setting('port')";
 
 fn make_table(primary: &PgNode) {
@@ -188,6 +200,12 @@ async fn auto_routes_proven_reads_and_keeps_writes_and_locks_on_the_primary() {
 
     let reader = client(&s, "au").await;
     assert_eq!(one(&reader, PORT).await.unwrap(), sp, "{}", s.log());
+    // Routed transactions count in the database's SHOW STATS row.
+    let before = xacts(&s, "au").await;
+    for _ in 0..3 {
+        assert_eq!(one(&reader, PORT).await.unwrap(), sp);
+    }
+    assert!(xacts(&s, "au").await >= before + 3);
     // Each of these fails with 25006 on a standby: success says the primary ran it.
     let writer = client(&s, "au").await;
     for sql in [
@@ -227,7 +245,7 @@ async fn auto_routes_proven_reads_and_keeps_writes_and_locks_on_the_primary() {
     );
     let m = metrics(mport).await;
     assert_eq!(counter(&m, "sluice_host_reads_replayed_total"), 1.0, "{m}");
-    assert_eq!(counter(&m, "sluice_host_routed_reads_total"), 2.0, "{m}");
+    assert_eq!(counter(&m, "sluice_host_routed_reads_total"), 5.0, "{m}");
     // Rows went to the client before the write failed: the error is the client's.
     let late = client(&s, "au").await;
     let err = late

@@ -150,6 +150,11 @@ impl ClientRoute {
         self.home = Some(home);
     }
 
+    /// The pool the client logged in to, while a transaction runs on a standby's sibling.
+    pub fn home(&self) -> Option<&Arc<Pool>> {
+        self.home.as_ref()
+    }
+
     /// The transaction's server is linked: note its host.
     pub fn linked(&mut self, server: &PooledServer) {
         self.ran_on = server.host.as_ref().and_then(|t| {

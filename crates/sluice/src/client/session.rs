@@ -517,7 +517,11 @@ async fn relay_once(
     let parts = SessionParts {
         client_params: &mut s.params,
         tracked: &app.tracked,
-        stats: &s.pool.stats,
+        // A routed transaction counts in the pool the client logged in to (SHOW STATS).
+        stats: match s.route.as_deref().and_then(|r| r.home()) {
+            Some(home) => &home.stats,
+            None => &s.pool.stats,
+        },
         prepared,
         tracking,
         scratch: &mut s.relay_scratch,
