@@ -1,6 +1,5 @@
 //! Process lifecycle log output of the real `sluice` binary: the periodic stats line, the
-//! login/disconnect lines, log_connections = 0, passwords never being logged, and route_reads
-//! reported as not supported yet.
+//! login/disconnect lines, log_connections = 0, passwords never being logged.
 
 mod lifecycle_common;
 
@@ -163,24 +162,4 @@ async fn passwords_never_appear_in_the_log() {
             );
         }
     }
-}
-
-/// `route_reads` is parsed but routing is not wired yet: the operator is told once, and queries
-/// keep going where they always went.
-#[tokio::test]
-async fn route_reads_is_logged_as_not_supported_yet() {
-    let ini = Sluice::basic_ini("", &format!("{} route_reads=auto", db_line("app", "app")));
-    let s = Sluice::builder(&ini).userlist(MD5_USERLIST).start();
-    let c = s.connect("md5_user", "md5_pass", "app").await.unwrap();
-    assert_eq!(one(&c, "SELECT pg_is_in_recovery()::text").await, "false");
-    assert!(
-        wait_log(
-            &s,
-            "route_reads is not supported by Sluice yet and is ignored",
-            Duration::from_secs(3)
-        )
-        .await,
-        "{}",
-        s.log()
-    );
 }

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use crate::database::DatabaseEntry;
 use crate::error::{ConfigError, SetError};
 use crate::ini::{lex_file, lex_str, IniItem};
-use crate::modes::RouteReads;
 use crate::peer::PeerEntry;
 use crate::settings::{Settings, SluiceSettings, PGBOUNCER_SETTINGS};
 use crate::user::UserEntry;
@@ -200,7 +199,6 @@ fn assemble(items: Vec<IniItem>, path: PathBuf) -> Result<Config, ConfigError> {
     }
     crate::endpoint::check(&cfg)?;
     cfg.unsupported = unsupported(&cfg.settings, set_at);
-    cfg.unsupported.extend(route_reads_set(&cfg));
     Ok(cfg)
 }
 
@@ -217,21 +215,6 @@ fn upsert<T>(list: &mut Vec<T>, item: T, same: impl Fn(&T, &T) -> bool) {
         Some(existing) => *existing = item,
         None => list.push(item),
     }
-}
-
-/// `route_reads` is parsed but the pooler does not route yet (it needs host roles, issue 33): the
-/// first [databases] entry that turns it on is reported with the unsupported keys.
-fn route_reads_set(cfg: &Config) -> Option<(String, String)> {
-    cfg.databases
-        .iter()
-        .chain(cfg.fallback.as_ref())
-        .find(|db| db.route_reads.is_some_and(|r| r != RouteReads::Off))
-        .map(|db| {
-            (
-                "route_reads".to_string(),
-                format!("{}:{}", db.file, db.line),
-            )
-        })
 }
 
 fn unsupported(

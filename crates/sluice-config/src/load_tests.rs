@@ -182,18 +182,13 @@ fn unsupported_only_when_not_default() {
 }
 
 #[test]
-fn route_reads_is_reported_until_the_pooler_routes() {
-    let off = parse_str("[databases]\na = host=h route_reads=off\n", "r.ini").unwrap();
-    assert!(off.unsupported.is_empty(), "{:?}", off.unsupported);
+fn route_reads_is_a_supported_key() {
     let on = parse_str(
         "[databases]\na = host=h\nb = host=h route_reads=auto\n* = route_reads=explicit\n",
         "r.ini",
     )
     .unwrap();
-    assert_eq!(
-        on.unsupported,
-        vec![("route_reads".to_string(), "r.ini:3".to_string())]
-    );
+    assert!(on.unsupported.is_empty(), "{:?}", on.unsupported);
     let err = parse_str("[databases]\na = route_reads=always\n", "r.ini").unwrap_err();
     assert_eq!(
         err.to_string(),

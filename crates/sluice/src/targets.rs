@@ -200,6 +200,10 @@ pub fn pool_settings(
         Some(v) => secs(v),
         None => g.query_wait_timeout.as_duration(),
     };
+    let route_reads = match (mode, &target.failover) {
+        (sluice_config::PoolMode::Transaction, Some(_)) => db.route_reads.unwrap_or_default(),
+        _ => sluice_config::RouteReads::Off,
+    };
     PoolSettings {
         mode,
         limits: PoolLimits {
@@ -275,6 +279,9 @@ pub fn pool_settings(
         target: Arc::new(target),
         generation,
         forced_user: db.user.is_some(),
+        // Routing needs the checker's host roles and keeps a server per transaction only in
+        // transaction mode (session mode keeps one server; statement mode is not routed).
+        route_reads,
         listed_secret: None,
         session: SessionKnobs {
             max_prepared: g.max_prepared_statements as usize,

@@ -195,6 +195,7 @@ pub fn login<'a>(
             let _ = entry.application_name.set(a.to_string());
         }
         let _ = entry.identity.set((info.database, info.user));
+        let route = super::route::ClientRoute::for_pool(&pool, client.id.0);
         Ok(Joined::Pool(Box::new(Session {
             pool,
             entry,
@@ -207,6 +208,7 @@ pub fn login<'a>(
             relay_scratch: RelayScratch::default(),
             idle_sleep: None,
             after_loss: None,
+            route,
             _member: member,
         })))
     }

@@ -8,5 +8,6 @@ pub mod login;
 mod lost;
 pub mod registry;
 pub mod replication;
+pub mod route;
 pub mod session;
 pub mod startup;

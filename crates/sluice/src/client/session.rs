@@ -60,6 +60,8 @@ pub struct Session {
     /// The server this client was using was lost and its failed transaction, batch or COPY is
     /// not over: its requests are answered without a server (`client/lost.rs`). Boxed: rare.
     pub after_loss: Option<Box<crate::forward::after_loss::AfterLoss>>,
+    /// Read routing's state (None when the pool routes nothing: decided at login).
+    pub route: Option<Box<super::route::ClientRoute>>,
     /// Leaves the pool's client count on drop.
     pub(crate) _member: PoolMember,
 }
@@ -145,7 +147,11 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
         }
         s.pool.refresh_settings(&mut settings);
         let may_hand_over_now = may_hand_over && s.after_loss.is_none();
-        match serve_request(app, client, &mut s, &mut settings, may_hand_over_now).await {
+        let served = serve_request(app, client, &mut s, &mut settings, may_hand_over_now).await;
+        if let Some(home) = s.route.as_mut().and_then(|r| r.end()) {
+            s.pool = home;
+        }
+        match served {
             Served::Next | Served::HandOver => {}
             Served::End(reason) => return Outcome::End(reason),
         }
@@ -201,15 +207,34 @@ async fn serve_request(
     // A SET or RELOAD while the client was idle applies to the request that just arrived (an
     // admin's `SET max_prepared_statements = 0` is seen by the next Bind, as in PgBouncer).
     s.pool.refresh_settings(snapshot);
-    let settings: &Arc<PoolSettings> = snapshot;
     if s.after_loss.is_some() {
         // Its server was lost: answered without one until the failed transaction is over.
-        match Box::pin(super::lost::answer(app, client, s, settings)).await {
+        match Box::pin(super::lost::answer(app, client, s, snapshot)).await {
             Ok(super::lost::Answered::Done) => return Served::Next,
             Ok(super::lost::Answered::HandOff) => {}
             Err(reason) => return Served::End(reason),
         }
     }
+    // Read routing: a transaction that may run on a fresh standby takes its server from the
+    // standby's sibling pool (swapped back in `run` when the request is served).
+    let routed = match s.route.as_mut() {
+        Some(r) => {
+            // A guard armed for a request that never reached a relay does not carry over.
+            s.relay_scratch.take_read_refused();
+            let pinned = s.tracker.pinned().is_some();
+            r.begin(&s.pool, &client.rbuf, &s.params, pinned)
+                .map(|reader| {
+                    if r.replayable() {
+                        s.relay_scratch.guard_read();
+                    }
+                    let settings = reader.settings();
+                    r.keep_home(std::mem::replace(&mut s.pool, reader));
+                    settings
+                })
+        }
+        None => None,
+    };
+    let settings: &Arc<PoolSettings> = routed.as_ref().unwrap_or(snapshot);
     // The request's one clock reading: its wait and the hand-out share it (and the relay's start
     // when the server is handed over at once).
     let arrived = Instant::now();
@@ -261,6 +286,9 @@ async fn serve_request(
     };
     s.entry.set_state(ClientState::Active);
     s.entry.server_id.store(server.id.0, Ordering::Relaxed);
+    if let Some(r) = s.route.as_mut() {
+        r.linked(&server);
+    }
     // The relay's first clock reading: when the server was linked (query and transaction times
     // count from there, as PgBouncer's do: the wait is wait_time), after any queries it needed.
     let prepared = match server_prep(app, client.id, s, &mut server) {
@@ -339,6 +367,19 @@ async fn serve_request(
     s.cancel.slot.unlink();
     s.entry.server_id.store(0, Ordering::Relaxed);
     sync_pin_count(s);
+    if let Some(r) = s.route.as_mut() {
+        if s.relay_scratch.take_read_refused() {
+            // A write hidden in the read: the standby said 25006 before anything reached the
+            // client. Its server owes replies (closed); the request runs again on the primary.
+            tracing::debug!(
+                "C-{}: read refused by standby, replayed on the primary",
+                client.id
+            );
+            s.pool.discard(server);
+            r.refused(&mut client.rbuf);
+            return Served::Next;
+        }
+    }
     if s.tracker.take_touched() || s.tracker.has_tracked() {
         server.gucs_owner = Some(client.id);
         server.gucs_dirty = true;
@@ -508,7 +549,11 @@ async fn relay_once(
     let parts = SessionParts {
         client_params: &mut s.params,
         tracked: &app.tracked,
-        stats: &s.pool.stats,
+        // A routed transaction counts in the pool the client logged in to (SHOW STATS).
+        stats: match s.route.as_deref().and_then(|r| r.home()) {
+            Some(home) => &home.stats,
+            None => &s.pool.stats,
+        },
         prepared,
         tracking,
         scratch: &mut s.relay_scratch,

@@ -23,6 +23,7 @@ pub mod core;
 mod core_tests;
 pub mod expect;
 pub mod lost;
+mod read_guard;
 mod refuse;
 mod server_scan;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -140,9 +141,27 @@ pub struct RelayScratch {
     /// Log lines the client's requests caused (refused statement names), written by the shell
     /// with the client's label as soon as the core returns, before the client sees its reply.
     log_notes: Vec<String>,
+    /// Read routing: hold the replies back until they show the standby did not refuse the
+    /// read with 25006 (`read_guard.rs`).
+    read_guard: bool,
+    /// The standby refused the guarded read: nothing reached the client.
+    read_refused: bool,
 }
 
 impl RelayScratch {
+    /// Read routing: the next relay runs a single simple Query proven a read on a standby;
+    /// a 25006 before anything reached the client ends it (`take_read_refused`).
+    pub fn guard_read(&mut self) {
+        self.read_guard = true;
+    }
+
+    /// Whether the last relay ended because the standby refused its guarded read (the guard
+    /// is lifted either way).
+    pub fn take_read_refused(&mut self) -> bool {
+        self.read_guard = false;
+        std::mem::take(&mut self.read_refused)
+    }
+
     /// The time the last relay read when it ended (normally at the server's last ReadyForQuery).
     pub fn take_last_clock(&mut self) -> Option<Instant> {
         self.last_clock.take()

@@ -48,6 +48,9 @@ impl RelayCore<'_> {
             if self.s.ready >= len {
                 return Ok(());
             }
+            if self.scratch.read_guard && !self.guard_read()? {
+                return Ok(()); // read routing: not yet known whether the standby refused
+            }
             let header = match peek_header(&self.server.rbuf[self.s.ready..], self.max_packet) {
                 Ok(Some(h)) => h,
                 Ok(None) => return Ok(()),

@@ -23,7 +23,7 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 const CHECK_SQL: &str = "SELECT pg_catalog.pg_is_in_recovery(), \
     pg_catalog.current_setting('transaction_read_only'), \
     CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() \
-         ELSE pg_catalog.pg_current_wal_lsn() END, \
+         ELSE pg_catalog.pg_current_wal_insert_lsn() END, \
     pg_catalog.pg_last_wal_receive_lsn(), \
     CASE WHEN pg_catalog.pg_is_in_recovery() THEN \
          CASE WHEN pg_catalog.pg_last_wal_receive_lsn() > pg_catalog.pg_last_wal_replay_lsn() \
@@ -146,6 +146,7 @@ async fn probe(
         return Err(Check::Failed("no connection".into()));
     };
     let max = opts.max_packet_size;
+    let polled_at = h.start_poll();
     let row = query::run_row(c, CHECK_SQL, max)
         .await
         .map_err(|e| Check::Failed(format!("check failed: {e}")))?;
@@ -169,5 +170,6 @@ async fn probe(
             .and_then(|v| v.parse::<f64>().ok())
             .and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok()),
         timeline,
+        polled_at,
     })
 }

@@ -25,6 +25,9 @@ pub struct Probe {
     pub receive_lsn: Option<u64>,
     pub lag_time: Option<Duration>,
     pub timeline: Option<u32>,
+    /// The book's sequence number taken just before the check was sent
+    /// (`HostHealth::start_poll`): `wal_lsn` bounds from above what the host had then.
+    pub polled_at: u64,
 }
 
 /// Whose login the checker uses: the pool that first used the host (kept weakly: the checker
@@ -54,6 +57,10 @@ pub struct HostHealth {
     changed: Arc<Notify>,
     /// The book's view sequence (`HostView::poll_seq`).
     seq: Arc<AtomicU64>,
+    /// Read routing: transactions sent to this standby, and of those, reads it refused with
+    /// 25006 that ran again on the primary (/metrics).
+    pub routed_reads: AtomicU64,
+    pub reads_replayed: AtomicU64,
 }
 
 /// A server's claim on its host's health, taken at connect.
@@ -92,6 +99,8 @@ impl HostHealth {
             running: AtomicBool::new(false),
             changed,
             seq,
+            routed_reads: AtomicU64::new(0),
+            reads_replayed: AtomicU64::new(0),
         }
     }
 
@@ -108,6 +117,19 @@ impl HostHealth {
 
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Relaxed)
+    }
+
+    /// Take a tick of the book's sequence just before a check is sent (read routing's poll
+    /// clock: a check whose tick is above a client's `clock_now` started after that client's
+    /// transaction ended).
+    pub(super) fn start_poll(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The book's sequence now: read by a routing client after its transaction's last
+    /// ReadyForQuery (`route::Freshness::finished`).
+    pub fn clock_now(&self) -> u64 {
+        self.seq.load(Ordering::SeqCst)
     }
 
     pub fn databases(&self) -> Vec<String> {
@@ -179,6 +201,7 @@ impl HostHealth {
         if (was_in && !v.healthy) || (old.checked && old.role != v.role) {
             self.epoch.fetch_add(1, Ordering::Relaxed);
         }
+        v.incarnation = self.epoch.load(Ordering::Relaxed);
         if was_primary && !is_primary {
             let why = if v.healthy {
                 "is a standby now".to_string()
@@ -315,6 +338,8 @@ pub fn judge(
         lag_time: p.lag_time,
         lag_bytes,
         timeline: p.timeline.or(old.timeline),
+        polled_at: p.polled_at,
+        incarnation: old.incarnation,
         poll_seq: old.poll_seq,
         checks: old.checks,
         last_check: old.last_check,

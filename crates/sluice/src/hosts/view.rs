@@ -37,7 +37,7 @@ pub struct HostView {
     pub healthy: bool,
     /// Why it is out of rotation (None while healthy).
     pub out_reason: Option<String>,
-    /// A primary's pg_current_wal_lsn(), a standby's pg_last_wal_replay_lsn().
+    /// A primary's pg_current_wal_insert_lsn(), a standby's pg_last_wal_replay_lsn().
     pub wal_lsn: Option<u64>,
     /// A standby's pg_last_wal_receive_lsn().
     pub receive_lsn: Option<u64>,
@@ -51,6 +51,12 @@ pub struct HostView {
     /// two views (of any hosts), the one with the lower number was recorded first, so a WAL
     /// position it holds was polled before the other's.
     pub poll_seq: u64,
+    /// The sequence number taken just before the check that read `wal_lsn` was sent (0 before
+    /// the first check): read routing's `polled_at`.
+    pub polled_at: u64,
+    /// The host's epoch when this view was recorded: it changes when the host leaves rotation
+    /// (a lost checker connection, a restart) or changes role (read routing's incarnation).
+    pub incarnation: u64,
     /// Checks of this host completed, failed ones included.
     pub checks: u64,
     pub last_check: Option<SystemTime>,

@@ -3,7 +3,9 @@
 
 use super::render::Out;
 use crate::app::App;
-use crate::hosts::Role;
+use std::sync::atomic::Ordering;
+
+use crate::hosts::{HostHealth, Role};
 use crate::server::ServerAddr;
 
 pub(super) fn render(out: &mut Out, app: &App) {
@@ -76,4 +78,23 @@ pub(super) fn render(out: &mut Out, app: &App) {
         let l = [("host", host.as_str()), ("port", port.as_str())];
         out.sample("sluice_host_checks_total", &l, v.checks as f64);
     }
+    let counter = |out: &mut Out, name: &str, help: &str, get: fn(&HostHealth) -> u64| {
+        out.family(name, "counter", help);
+        for (h, (host, port, _)) in hosts.iter().zip(&rows) {
+            let l = [("host", host.as_str()), ("port", port.as_str())];
+            out.sample(name, &l, get(h) as f64);
+        }
+    };
+    counter(
+        out,
+        "sluice_host_routed_reads_total",
+        "Transactions read routing (route_reads) sent to this standby.",
+        |h| h.routed_reads.load(Ordering::Relaxed),
+    );
+    counter(
+        out,
+        "sluice_host_reads_replayed_total",
+        "Reads this standby refused with 25006 before any row reached the client, run again on the primary.",
+        |h| h.reads_replayed.load(Ordering::Relaxed),
+    );
 }

@@ -13,6 +13,7 @@ mod growth;
 mod handout;
 pub mod janitor;
 mod pooled;
+mod readers;
 pub mod registry;
 pub mod rules;
 pub mod servers;
@@ -163,6 +164,12 @@ pub struct Pool {
     pub servers_book: Arc<ServerBook>,
     /// RECONNECT: servers with an id up to this one close when next released.
     close_upto: AtomicU64,
+    /// Read routing: a sibling pool per standby host (`readers.rs`); empty unless route_reads.
+    /// Read without a lock by every routed transaction; replaced whole under `readers_made`.
+    readers: ArcSwap<Vec<(crate::server::ServerAddr, Arc<Pool>)>>,
+    readers_made: Mutex<()>,
+    /// This pool is such a sibling.
+    is_reader: bool,
 }
 
 impl Pool {
@@ -175,6 +182,28 @@ impl Pool {
         connector: Arc<dyn Connector>,
         workers: usize,
     ) -> Arc<Self> {
+        Self::build(
+            key,
+            settings,
+            db_servers,
+            user_servers,
+            connector,
+            workers,
+            None,
+        )
+    }
+
+    /// `book`: a read routing sibling's servers show in its pool's book (SHOW SERVERS).
+    fn build(
+        key: PoolKey,
+        settings: PoolSettings,
+        db_servers: Arc<ConnCounter>,
+        user_servers: Arc<ConnCounter>,
+        connector: Arc<dyn Connector>,
+        workers: usize,
+        book: Option<Arc<ServerBook>>,
+    ) -> Arc<Self> {
+        let is_reader = book.is_some();
         Arc::new(Pool {
             key,
             shards: (0..workers.max(1)).map(|_| Shard::default()).collect(),
@@ -197,8 +226,11 @@ impl Pool {
             welcome: Mutex::new(None),
             stats: StatsShards::new(workers),
             cross: CrossWorkerCounts::default(),
-            servers_book: Arc::new(ServerBook::default()),
+            servers_book: book.unwrap_or_default(),
             close_upto: AtomicU64::new(0),
+            readers: ArcSwap::from_pointee(Vec::new()),
+            readers_made: Mutex::new(()),
+            is_reader,
         })
     }
 
@@ -248,6 +280,7 @@ impl Pool {
         }
         self.settings.store(Arc::new(new));
         self.settings_version.fetch_add(1, Ordering::Release);
+        self.drop_readers(false);
         if changed {
             *self.welcome.lock() = None;
             drop(self.drain_idle());
@@ -295,7 +328,7 @@ impl Pool {
             (st.clients, st.connecting)
         };
         let total = self.servers.current();
-        PoolCounts {
+        let mine = PoolCounts {
             clients,
             waiting,
             max_wait: oldest
@@ -307,7 +340,22 @@ impl Pool {
             tested: self.testing.load(Ordering::Relaxed),
             connecting,
             total,
-        }
+        };
+        // Read routing's standby servers count in the pool's one row (clients log in here).
+        self.readers_now().iter().fold(mine, |a, (_, r)| {
+            let b = r.counts();
+            PoolCounts {
+                clients: a.clients,
+                waiting: a.waiting + b.waiting,
+                max_wait: a.max_wait.max(b.max_wait),
+                active: a.active + b.active,
+                idle: a.idle + b.idle,
+                used: a.used + b.used,
+                tested: a.tested + b.tested,
+                connecting: a.connecting + b.connecting,
+                total: a.total + b.total,
+            }
+        })
     }
 
     pub fn is_paused(&self) -> bool {
@@ -338,11 +386,17 @@ impl Pool {
     pub fn reconnect(self: &Arc<Self>) {
         self.close_upto
             .fetch_max(self.servers_book.max_id(), Ordering::Relaxed);
+        for (_, r) in self.readers_now().iter() {
+            r.reconnect();
+        }
         self.close_idle();
     }
 
     /// Close every idle server (PAUSE, KILL, RECONNECT).
     pub fn close_idle(self: &Arc<Self>) {
+        for (_, r) in self.readers_now().iter() {
+            r.close_idle();
+        }
         drop(self.drain_idle());
         self.kick();
     }
@@ -440,6 +494,7 @@ impl Pool {
 
     /// The database was dropped from the config: fail waiters, close idle servers, refuse new work.
     pub fn mark_removed(&self) {
+        self.drop_readers(true);
         self.removed.store(true, Ordering::Relaxed);
         self.barrier();
         drop(self.drain_idle());
@@ -459,6 +514,7 @@ impl Pool {
             }
             self.removed.store(true, Ordering::Relaxed);
         }
+        self.drop_readers(true);
         self.barrier();
         drop(self.drain_idle());
         for w in self.drain_waiters() {
@@ -469,6 +525,9 @@ impl Pool {
 
     /// Stop (or allow) opening servers and handing them out (PAUSE / shutdown).
     pub fn set_paused(self: &Arc<Self>, paused: bool) {
+        for (_, r) in self.readers_now().iter() {
+            r.set_paused(paused);
+        }
         self.paused.store(paused, Ordering::Relaxed);
         self.barrier();
         if !paused {
@@ -478,6 +537,13 @@ impl Pool {
 
     /// Fail every waiting client (shutdown).
     pub fn fail_waiters(&self, make: impl Fn() -> PoolError) {
+        self.fail_waiters_dyn(&make);
+    }
+
+    fn fail_waiters_dyn(&self, make: &dyn Fn() -> PoolError) {
+        for (_, r) in self.readers_now().iter() {
+            r.fail_waiters_dyn(make);
+        }
         for w in self.drain_waiters() {
             let _ = w.tx.send(Err(make()));
         }
@@ -487,6 +553,9 @@ impl Pool {
     /// server_idle_timeout / server_lifetime, and grow for waiters and min_pool_size (this is also
     /// how a failed login is retried after server_login_retry).
     pub fn maintain(self: &Arc<Self>) {
+        for (_, r) in self.readers_now().iter() {
+            r.maintain();
+        }
         let settings = self.settings();
         let now = Instant::now();
         let mut total = self.servers.current();

@@ -37,6 +37,9 @@ pub struct PoolSettings {
     pub generation: u64,
     /// The db entry forces the server user (min_pool_size then applies without clients).
     pub forced_user: bool,
+    /// route_reads of the [databases] entry (off unless the entry has failover hosts and the
+    /// pool mode is transaction: see `client/route.rs`).
+    pub route_reads: sluice_config::RouteReads,
     /// The login user's auth_file secret when the pool was configured. The server login may use a
     /// better credential learned at client login (a verified cleartext password); reload keeps that
     /// credential unless the auth_file entry itself changed.

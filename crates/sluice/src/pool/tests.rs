@@ -24,6 +24,7 @@ use crate::workers::cross::CrossEvent;
 mod config;
 mod failover;
 mod lifetime;
+mod readers;
 mod retry;
 mod workers;
 
@@ -108,6 +109,7 @@ fn settings(pool_size: u32, reserve: u32) -> PoolSettings {
         )),
         generation: 1,
         forced_user: false,
+        route_reads: Default::default(),
         session: super::SessionKnobs {
             max_prepared: 0,
             pin_session_state: true,

@@ -160,6 +160,24 @@ impl ServerTarget {
         self
     }
 
+    /// The target of read routing's servers on standby `addr` of `of`'s host list: the same
+    /// login, that host alone, which must be a standby.
+    pub fn standby_of(of: &ServerTarget, addr: &ServerAddr) -> Self {
+        ServerTarget {
+            addrs: vec![addr.clone()],
+            dbname: of.dbname.clone(),
+            user: of.user.clone(),
+            secret: of.secret.clone(),
+            startup_params: of.startup_params.clone(),
+            connect_query: of.connect_query.clone(),
+            balance: of.balance,
+            next_addr: AtomicUsize::new(0),
+            attrs: TargetSessionAttrs::Standby,
+            failover: of.failover,
+            login_keys: Mutex::new(None),
+        }
+    }
+
     /// Where a round-robin pass over the hosts starts (failover's host choice).
     pub fn rotation_start(&self) -> usize {
         match self.balance {

@@ -169,6 +169,7 @@ pub fn adopt(app: &Arc<App>, st: ClientState, socket: OwnedFd) -> Result<Adopted
         let _ = entry.application_name.set(a.to_string());
     }
     let _ = entry.identity.set((st.database.clone(), st.user.clone()));
+    let route = crate::client::route::ClientRoute::for_pool(&pool, entry.id.0);
     let session = Box::new(Session {
         _member: PoolMember {
             pool: pool.clone(),
@@ -185,6 +186,7 @@ pub fn adopt(app: &Arc<App>, st: ClientState, socket: OwnedFd) -> Result<Adopted
         relay_scratch: RelayScratch::default(),
         idle_sleep: None,
         after_loss: None,
+        route,
     });
     Ok(Adopted {
         guard,
