@@ -169,9 +169,14 @@ def main():
                           f"{v.get('transactions') or '':>8} {v.get('storm_seconds') or '':>8} "
                           f"{v.get('storm_logins') or v.get('logins') or '':>7} {v.get('cpu_us_per_login') or '':>9}"
                           + (f"  ({v['note']})" if v.get("note") else ""))
-        os.makedirs(os.path.join(b.ROOT, "bench", "results"), exist_ok=True)
-        out = os.path.join(b.ROOT, "bench", "results",
-                           f"login-storm-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json")
+        # BENCH_OUT (bench/login_storm.sh sets it, beside machine.txt and the stdout): the folder
+        # the raw outputs go to; else the old name under bench/results.
+        if os.environ.get("BENCH_OUT"):
+            out = os.path.join(os.environ["BENCH_OUT"], "login-storm.json")
+        else:
+            out = os.path.join(b.ROOT, "bench", "results",
+                               f"login-storm-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as f:
             json.dump({"meta": {"duration": DURATION, "logins": LOGINS, "concurrency": CONCURRENCY,
                                 "repeats": REPEATS, "sluice_bin": sluice_bin, "pgbouncer_bin": pgb,

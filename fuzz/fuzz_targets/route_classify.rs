@@ -27,8 +27,14 @@ fuzz_target!(|data: &[u8]| {
     let a = classify_with(sql, standby);
     let b = classify_with(sql, primary);
     let _ = format!("{a:?}");
-    // The unknown-function rule changes only reads that call unknown functions.
-    if a.verdict != b.verdict {
+    // The unknown-function rule changes only reads that call unknown functions (where both are on
+    // the primary, only the reason may differ: a text of several statements stops at the first
+    // one that needs the primary, which the option can make an earlier one).
+    let both_primary = matches!(
+        (&a.verdict, &b.verdict),
+        (Verdict::Primary(_), Verdict::Primary(_))
+    );
+    if a.verdict != b.verdict && !both_primary {
         let unknown_read = matches!(
             a.verdict,
             Verdict::ProvenRead {

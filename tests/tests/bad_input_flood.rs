@@ -65,6 +65,21 @@ fn fd_count(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// `fd_count` once two readings 100 ms apart agree (at most 2 s): a connection that was just
+/// closed is no longer counted.
+async fn settled_fd_count(pid: u32) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut last = fd_count(pid);
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = fd_count(pid);
+        if now == last || Instant::now() >= deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
 /// pgbench through sluice (trust_user/app) for `secs` seconds with 4 clients running a read-only
 /// one-statement script (like -S, without needing pgbench's tables).
 fn spawn_pgbench(s: &Sluice, secs: u32) -> tokio::task::JoinHandle<(ExitStatus, String, String)> {
@@ -581,7 +596,8 @@ async fn tcp_defer_accept_keeps_silent_connections_in_the_kernel() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_works(&s).await;
-    let before = fd_count(s.pid());
+    // assert_works' own connection may still be closing: count from a settled fd table.
+    let before = settled_fd_count(s.pid()).await;
     let _more = open_silent(20).await;
     let deadline = Instant::now() + Duration::from_secs(3);
     while fd_count(s.pid()) < before + 20 && Instant::now() < deadline {
