@@ -20,7 +20,7 @@ pub use metrics::{http_get, metrics, sample, workers_now};
 pub use missing::{missing_tool, require, ALLOW_MISSING_TOOLS};
 pub use ports::free_port;
 pub use raw::{error_fields, RawConn};
-pub use replica::{PgNode, ReplicaSet};
+pub use replica::{host_list, start_over_replicas, PgNode, ReplicaSet};
 pub use runners::{client_bin, pgbench, pgbench_script, psql_cmd};
 pub use sluice_proc::{sluice_bin, Sluice, SluiceBuilder};
 pub use util::raise_own_nofile;

@@ -242,3 +242,25 @@ impl PgNode {
         run(c, &format!("psql -c {sql:?}"))
     }
 }
+
+/// A [databases] connect string naming `nodes` on 127.0.0.1 in order (`host=a,b port=p,q
+/// dbname=postgres`), for a failover or read-routing entry to add its keys to.
+pub fn host_list(nodes: &[&PgNode]) -> String {
+    let h: Vec<&str> = nodes.iter().map(|_| "127.0.0.1").collect();
+    let p: Vec<String> = nodes.iter().map(|n| n.port.to_string()).collect();
+    format!("host={} port={} dbname=postgres", h.join(","), p.join(","))
+}
+
+/// Sluice in transaction mode over `databases` (trust, admin user postgres, pools of 4, a health
+/// check every 0.2 s), with `sluice_lines` added to [sluice].
+pub fn start_over_replicas(databases: &str, sluice_lines: &str) -> crate::Sluice {
+    let ini = format!(
+        "[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {{port}}\n\
+         unix_socket_dir = {{dir}}\nauth_file = {{userlist}}\nauth_type = trust\n\
+         admin_users = postgres\npool_mode = transaction\ndefault_pool_size = 4\n\
+         server_login_retry = 1\n\n[sluice]\nhost_check_interval = 0.2\n{sluice_lines}\n"
+    );
+    crate::Sluice::builder(&ini)
+        .userlist("\"postgres\" \"\"\n")
+        .start()
+}

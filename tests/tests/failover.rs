@@ -9,24 +9,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::{Console, PgNode, ReplicaSet, Sluice};
+use sluice_e2e::{host_list, start_over_replicas, Console, PgNode, ReplicaSet, Sluice};
 
 fn hosts(nodes: &[&PgNode]) -> String {
-    let h: Vec<&str> = nodes.iter().map(|_| "127.0.0.1").collect();
-    let p: Vec<String> = nodes.iter().map(|n| n.port.to_string()).collect();
-    format!("host={} port={} dbname=postgres", h.join(","), p.join(","))
+    host_list(nodes)
 }
 
 fn start(databases: &str, sluice_lines: &str) -> Sluice {
-    let ini = format!(
-        "[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {{port}}\n\
-         unix_socket_dir = {{dir}}\nauth_file = {{userlist}}\nauth_type = trust\n\
-         admin_users = postgres\npool_mode = transaction\ndefault_pool_size = 4\n\
-         server_login_retry = 1\n\n[sluice]\nhost_check_interval = 0.2\n{sluice_lines}\n"
-    );
-    Sluice::builder(&ini)
-        .userlist("\"postgres\" \"\"\n")
-        .start()
+    start_over_replicas(databases, sluice_lines)
 }
 
 async fn client(s: &Sluice, db: &str) -> tokio_postgres::Client {

@@ -6,33 +6,17 @@
 //! while the standby's replay is paused (its reads go to the primary) while a client that wrote
 //! nothing reads from the standby; route_reads = off sends everything to the primary.
 
-use sluice_e2e::{free_port, metrics, sample, Console, PgNode, ReplicaSet, Sluice};
+use sluice_e2e::{
+    free_port, host_list, metrics, sample, start_over_replicas, Console, PgNode, ReplicaSet, Sluice,
+};
 use tokio_postgres::SimpleQueryMessage;
 
 fn hosts(nodes: &[&PgNode]) -> String {
-    let h: Vec<&str> = nodes.iter().map(|_| "127.0.0.1").collect();
-    let p: Vec<String> = nodes.iter().map(|n| n.port.to_string()).collect();
-    format!(
-        "host={} port={} dbname=postgres target_session_attrs=read-write",
-        h.join(","),
-        p.join(",")
-    )
+    format!("{} target_session_attrs=read-write", host_list(nodes))
 }
 
 fn start(databases: &str) -> Sluice {
-    start_with(databases, "")
-}
-
-fn start_with(databases: &str, sluice_lines: &str) -> Sluice {
-    let ini = format!(
-        "[databases]\n{databases}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {{port}}\n\
-         unix_socket_dir = {{dir}}\nauth_file = {{userlist}}\nauth_type = trust\n\
-         admin_users = postgres\npool_mode = transaction\ndefault_pool_size = 4\n\
-         server_login_retry = 1\n\n[sluice]\nhost_check_interval = 0.2\n{sluice_lines}\n"
-    );
-    Sluice::builder(&ini)
-        .userlist("\"postgres\" \"\"\n")
-        .start()
+    start_over_replicas(databases, "")
 }
 
 async fn client(s: &Sluice, db: &str) -> tokio_postgres::Client {
@@ -189,7 +173,7 @@ async fn auto_routes_proven_reads_and_keeps_writes_and_locks_on_the_primary() {
     caught_up(p, sb);
     let dbs = format!("au = {} route_reads=auto\n", hosts(&[p, sb]));
     let mport = free_port();
-    let s = start_with(&dbs, &format!("metrics_listen_addr = 127.0.0.1:{mport}"));
+    let s = start_over_replicas(&dbs, &format!("metrics_listen_addr = 127.0.0.1:{mport}"));
     let sp = sb.port.to_string();
     let counter = |text: &str, name: &str| {
         sample(

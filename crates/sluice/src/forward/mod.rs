@@ -21,6 +21,8 @@ mod client_scan;
 pub mod core;
 #[cfg(test)]
 mod core_tests;
+#[cfg(test)]
+mod core_tests_lost;
 pub mod expect;
 pub mod lost;
 mod read_guard;
