@@ -8,6 +8,9 @@
 #   FUZZ_TARGETS   space-separated subset of targets (default: all, from `cargo fuzz list`)
 #   FUZZ_RUNS      per-target iteration cap, a safety bound next to the time (default 5000000)
 #
+# `scripts/fuzz.sh build` stops after the toolchain and the build (scripts/test.sh runs it in the
+# background, at the lowest CPU priority, while the tests run; the fuzzing pass then finds it built).
+#
 # Longer runs: see fuzz/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +46,10 @@ cargo +nightly fetch --manifest-path fuzz/Cargo.toml >&2 ||
 cd fuzz
 log "building the fuzz targets (nightly, ASan, debug assertions)"
 cargo +nightly fuzz build >&2
+if [ "${1:-}" = build ]; then
+    log "built"
+    exit 0
+fi
 
 targets=${FUZZ_TARGETS:-$(cargo +nightly fuzz list)}
 read -r -a targets <<<"$(echo $targets)"
