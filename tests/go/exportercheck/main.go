@@ -1,5 +1,7 @@
-// exportercheck runs against a PgBouncer-compatible admin console exactly the queries that
-// prometheus-community/pgbouncer_exporter runs, the way it runs them: database/sql over lib/pq,
+// exportercheck runs against a PgBouncer-compatible admin console the queries that
+// prometheus-community/pgbouncer_exporter runs (v0.12.1: SHOW STATS as the ping, VERSION, LISTS,
+// CONFIG, CLIENTS, STATS_TOTALS, POOLS, DATABASES; and what older releases ran, SHOW STATS's
+// mapping up to v0.10.2 and SHOW SERVERS), the way it runs them: database/sql over lib/pq,
 // db.Query without arguments (so lib/pq uses the simple query protocol), rows.Columns(), values
 // scanned into interface{} / sql.RawBytes / string as the exporter scans them, label columns
 // converted with the exporter's type switch and metric columns with its dbToFloat64.
@@ -99,6 +101,16 @@ type mapping struct {
 }
 
 var mappings = []mapping{
+	// pgbouncer_exporter v0.11.0 and later (v0.12.1 here): SHOW STATS_TOTALS, POOLS, DATABASES.
+	{
+		show:   "STATS_TOTALS",
+		labels: []string{"database"},
+		metrics: []string{"query_count", "query_time", "bytes_received", "bytes_sent", "wait_time",
+			"xact_count", "xact_time", "client_parse_count", "server_parse_count", "bind_count",
+			"server_assignment_count"},
+		absent: []string{"requests"},
+	},
+	// pgbouncer_exporter up to v0.10.2 mapped SHOW STATS; dashboards built on it still run.
 	{
 		show:   "STATS",
 		labels: []string{"database"},
@@ -118,11 +130,12 @@ var mappings = []mapping{
 		extra: []string{"maxwait_us"},
 	},
 	{
-		show:    "DATABASES",
-		labels:  []string{"name", "host", "port", "database", "force_user", "pool_mode"},
-		metrics: []string{"pool_size", "max_connections", "current_connections", "paused", "disabled"},
-		extra:   []string{"min_pool_size", "reserve_pool_size"},
-		absent:  []string{"reserve_pool"},
+		show:   "DATABASES",
+		labels: []string{"name", "host", "port", "database", "force_user", "pool_mode"},
+		metrics: []string{"pool_size", "reserve_pool_size", "max_connections", "current_connections",
+			"paused", "disabled"},
+		extra:  []string{"min_pool_size"},
+		absent: []string{"reserve_pool"},
 	},
 }
 
@@ -379,6 +392,68 @@ func queryShowConfig(db *sql.DB) {
 	ok("SHOW CONFIG %d rows, max_client_conn/max_user_connections numeric", n)
 }
 
+// queryShowClients mirrors the exporter's queryShowClients (v0.12.0 and later): SHOW CLIENTS needs
+// the columns database, user and state (application_name when present), scanned as raw bytes and
+// counted per (database, user, application_name, state) for pgbouncer_client_connections.
+func queryShowClients(db *sql.DB) {
+	rows, err := db.Query("SHOW CLIENTS;")
+	if err != nil {
+		fail("SHOW CLIENTS: query: %v", err)
+		return
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		fail("SHOW CLIENTS: Columns(): %v", err)
+		return
+	}
+	idx := map[string]int{}
+	for i, c := range cols {
+		idx[c] = i
+	}
+	for _, c := range []string{"database", "user", "state", "application_name"} {
+		if _, found := idx[c]; !found {
+			fail("SHOW CLIENTS: no %s column in %v", c, cols)
+			return
+		}
+	}
+	type key struct{ database, user, app, state string }
+	counts := map[key]int{}
+	vals := make([]sql.RawBytes, len(cols))
+	args := make([]interface{}, len(cols))
+	for i := range vals {
+		args[i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(args...); err != nil {
+			fail("SHOW CLIENTS: Scan: %v", err)
+			return
+		}
+		k := key{string(vals[idx["database"]]), string(vals[idx["user"]]),
+			string(vals[idx["application_name"]]), string(vals[idx["state"]])}
+		for _, v := range []string{k.database, k.user, k.app, k.state} {
+			if !utf8.ValidString(v) {
+				fail("SHOW CLIENTS: invalid UTF-8 %q", v)
+			}
+		}
+		counts[k]++
+	}
+	if err := rows.Err(); err != nil {
+		fail("SHOW CLIENTS: rows.Err: %v", err)
+		return
+	}
+	keys := make([]key, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
+	for _, k := range keys {
+		fmt.Printf("row clients database=%s user=%s application_name=%s state=%s count=%d\n",
+			k.database, k.user, k.app, k.state, counts[k])
+	}
+	ok("SHOW CLIENTS %d groups", len(keys))
+}
+
 // queryShowServers mirrors the exporter's queryShowServers (it scans 19 or 20 columns into typed
 // variables; any other count is not scanned at all).
 func queryShowServers(db *sql.DB) {
@@ -453,6 +528,7 @@ func main() {
 	queryVersion(db)
 	queryShowLists(db)
 	queryShowConfig(db)
+	queryShowClients(db)
 	queryShowServers(db)
 	sorted := append([]mapping{}, mappings...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].show < sorted[j].show })

@@ -1,13 +1,20 @@
 //! The prometheus-community pgbouncer_exporter itself, for the metrics tests: its source fetched
 //! through the Go module proxy (`go mod download`, not copied into this repository), the metric
 //! families its `collector.go` declares, and the exporter built from that source.
+// Each test file uses part of it.
+#![allow(dead_code)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sluice_e2e::{free_port, PgCluster, Sluice};
+
 /// The release whose names `/metrics` follows by default (`[sluice] metrics_exporter_names = current`).
+/// The userlist of the metrics and exporter tests (an admin and the app user).
+pub const USERLIST: &str = "\"admin\" \"adminpw\"\n\"app\" \"apppw\"\n";
+
 pub const MODULE: &str = "github.com/prometheus-community/pgbouncer_exporter";
 pub const VERSION: &str = "v0.12.1";
 
@@ -218,4 +225,35 @@ pub fn families(src_dir: &Path) -> Vec<Family> {
         });
     }
     out
+}
+
+pub fn start() -> (Sluice, u16) {
+    start_with("")
+}
+
+/// As `start`, with more `[sluice]` lines.
+pub fn start_with(sluice_lines: &str) -> (Sluice, u16) {
+    let pg = PgCluster::get();
+    let mport = free_port();
+    let ini = Sluice::basic_ini(
+        // lib/pq (hence pgbouncer_exporter) sends extra_float_digits; the exporter's README has
+        // PgBouncer users ignore it, as here.
+        "auth_type = plain\nadmin_users = admin\npool_mode = transaction\ndefault_pool_size = 2\n\
+         ignore_startup_parameters = extra_float_digits\n",
+        &format!(
+            "app = host=127.0.0.1 port={} dbname=app user=trust_user",
+            pg.port
+        ),
+    ) + &format!("\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{mport}\n{sluice_lines}");
+    (Sluice::builder(&ini).userlist(USERLIST).start(), mport)
+}
+
+/// Kills the exporter when the test ends.
+pub struct Reaper(pub std::process::Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
