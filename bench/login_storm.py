@@ -9,13 +9,18 @@ with bench_user's SCRAM secret, so clients log in with SCRAM and the pooler pass
      STORM_CONCURRENCY at a time, each login a full SCRAM exchange and one SELECT 1), started one
      second in: p50/p99 of the -S transactions that ended inside the storm's window;
   3. the same with the storm over TLS (PGSSLMODE=require: a TLS handshake and SCRAM per login);
+     every other connection of this script (the -S load, the plain storm, the CPU runs) sets
+     PGSSLMODE=disable: both poolers offer TLS (client_tls_sslmode = allow), and libpq's default
+     (prefer) would otherwise make every run a TLS run;
   4. pooler CPU per login: `pgbench -C -c 20 -f select1.sql` for STORM_DURATION seconds, as
      bench_user (SCRAM) and bench_md5 (md5): the pooler's CPU time (/proc/<pid>/stat) over the run
      divided by the logins made.
 
 Environment: SLUICE_BIN (required), PGBOUNCER_BIN (default /work/shared/anchors/pgbouncer-1.25.2,
 then /usr/sbin/pgbouncer), STORM_DURATION (default 20), STORM_LOGINS (2000), STORM_CONCURRENCY
-(50), STORM_REPEATS (1), STORM_TARGETS (pgbouncer,sluice). Results: a table on stdout and
+(50), STORM_REPEATS (1), STORM_TARGETS (pgbouncer,sluice), STORM_SELECT_DURATION (the -S run's
+length while a storm runs, default STORM_DURATION + 40: long enough that the storm ends inside it,
+so every storm login is measured against the load; a storm that still outlasts it is noted). Results: a table on stdout and
 bench/results/login-storm-<timestamp>.json. Run it on a quiet machine: the figures are CPU-bound.
 """
 
@@ -39,6 +44,7 @@ DURATION = env_int("STORM_DURATION", 20)
 LOGINS = env_int("STORM_LOGINS", 2000)
 CONCURRENCY = env_int("STORM_CONCURRENCY", 50)
 REPEATS = env_int("STORM_REPEATS", 1)
+SELECT_DURATION = env_int("STORM_SELECT_DURATION", DURATION + 40)
 
 
 def pgbench(port, user, args, env_extra=None, log_prefix=None):
@@ -46,7 +52,9 @@ def pgbench(port, user, args, env_extra=None, log_prefix=None):
     if log_prefix:
         cmd += ["--log", f"--log-prefix={log_prefix}"]
     cmd.append(b.DB)
-    env = dict(os.environ, PGPASSWORD=b.PASSWORDS[user], **(env_extra or {}))
+    # Plaintext unless the caller asks for TLS: the poolers offer TLS, libpq prefers it.
+    env = dict(os.environ, PGPASSWORD=b.PASSWORDS[user], PGSSLMODE="disable")
+    env.update(env_extra or {})
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -77,9 +85,11 @@ def pct(lat, q):
 
 
 def select_run(pooler, tmp, tag, storm_env=None):
-    """pgbench -S -c 50 for DURATION s; with `storm_env`, a login storm from second 1."""
+    """pgbench -S -c 50 for DURATION s; with `storm_env`, for SELECT_DURATION s with a login storm
+    from second 1 (only the -S transactions that end while the storm runs are counted)."""
     prefix = os.path.join(tmp, f"{pooler.name}-{tag}")
-    load = pgbench(pooler.port, b.USER, ["-S", "-c", "50", "-j", "4", "-T", str(DURATION)], log_prefix=prefix)
+    duration = DURATION if storm_env is None else SELECT_DURATION
+    load = pgbench(pooler.port, b.USER, ["-S", "-c", "50", "-j", "4", "-T", str(duration)], log_prefix=prefix)
     window, storm_out = None, {}
     if storm_env is not None:
         time.sleep(1)
@@ -87,14 +97,14 @@ def select_run(pooler, tmp, tag, storm_env=None):
         started = time.time()
         storm = pgbench(pooler.port, b.USER, ["-C", "-c", str(CONCURRENCY), "-j", "2", "-t", str(per_client),
                                               "-f", os.path.join(tmp, "select1.sql")], env_extra=storm_env)
-        out, err = storm.communicate(timeout=DURATION * 20 + 60)
+        out, err = storm.communicate(timeout=SELECT_DURATION * 20 + 60)
         window = (started, time.time())
         parsed = b.parse_pgbench(out, err)
         storm_out = {"storm_logins": parsed["transactions"], "storm_seconds": round(window[1] - window[0], 2),
                      "storm_aborted_clients": parsed["aborted_clients"]}
-        if window[1] - window[0] > DURATION - 1:
-            storm_out["note"] = "the storm outlasted the -S run: raise STORM_DURATION"
-    out, err = load.communicate(timeout=DURATION + 120)
+        if window[1] - window[0] > SELECT_DURATION - 1:
+            storm_out["note"] = "the storm outlasted the -S run: raise STORM_SELECT_DURATION"
+    out, err = load.communicate(timeout=duration + 120)
     lat = latencies(prefix, window)
     return dict(storm_out, p50_ms=pct(lat, 50), p99_ms=pct(lat, 99), transactions=len(lat),
                 aborted_clients=b.parse_pgbench(out, err)["aborted_clients"])
@@ -178,7 +188,7 @@ def main():
                                f"login-storm-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json")
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as f:
-            json.dump({"meta": {"duration": DURATION, "logins": LOGINS, "concurrency": CONCURRENCY,
+            json.dump({"meta": {"duration": DURATION, "select_duration": SELECT_DURATION, "logins": LOGINS, "concurrency": CONCURRENCY,
                                 "repeats": REPEATS, "sluice_bin": sluice_bin, "pgbouncer_bin": pgb,
                                 "cpus": os.cpu_count(), "git_rev": b.git_rev()},
                        "results": results}, f, indent=1)

@@ -40,6 +40,9 @@ pub struct App {
     pub hba: HbaState,
     /// SCRAM secrets derived from plaintext passwords.
     pub scram_cache: ScramCache,
+    /// Where CPU-heavy login work runs (PBKDF2, TLS handshakes), off the relay threads; shared
+    /// with the server side's connector.
+    pub auth_cpu: crate::auth::cpu::AuthCpu,
     /// Failed client logins (sluice_client_login_failures_total).
     pub login_failures: AtomicU64,
     pub pools: PoolRegistry,
@@ -103,6 +106,9 @@ impl App {
         let ids = connector
             .id_sequence()
             .unwrap_or_else(|| Arc::new(AtomicU64::new(1)));
+        let auth_cpu = connector
+            .auth_cpu()
+            .unwrap_or_else(crate::auth::cpu::AuthCpu::for_this_machine);
         let app = Arc::new(App {
             config_path,
             tracked: TrackedSet::new(&config.settings.track_extra_parameters),
@@ -111,11 +117,8 @@ impl App {
             metrics_access: ArcSwap::from_pointee(metrics_access),
             credentials,
             hba,
-            scram_cache: ScramCache::new(
-                connector
-                    .auth_cpu()
-                    .unwrap_or_else(crate::auth::cpu::AuthCpu::for_this_machine),
-            ),
+            scram_cache: ScramCache::new(auth_cpu.clone()),
+            auth_cpu,
             login_failures: AtomicU64::new(0),
             pools: PoolRegistry::new(connector, stat_shards),
             cancels: Arc::new(CancelRegistry::default()),

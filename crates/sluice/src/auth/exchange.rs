@@ -332,14 +332,8 @@ async fn plain(
         Some(StoredSecret::Md5(m)) => {
             constant_time_eq(m.as_bytes(), md5_secret(user, password).as_bytes())
         }
-        Some(StoredSecret::Scram(s)) => {
-            let derived = app
-                .scram_cache
-                .derive(user, password, &s.salt, s.iterations)
-                .await;
-            constant_time_eq(&derived.stored_key, &s.stored_key)
-                & constant_time_eq(&derived.server_key, &s.server_key)
-        }
+        // Only a right password is cached: wrong ones neither grow the cache nor displace others.
+        Some(StoredSecret::Scram(s)) => app.scram_cache.verify(user, password, s).await,
         None => false,
     };
     if !ok {

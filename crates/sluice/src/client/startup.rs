@@ -55,7 +55,15 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
         match crate::tls::handshake::peek_direct(client).await {
             // Boxed: a TLS handshake's state (~1.3 KiB) would otherwise size every plaintext
             // login in flight for it.
-            Ok(true) => Box::pin(crate::tls::handshake::upgrade(&tls.client, client, true)).await?,
+            Ok(true) => {
+                Box::pin(crate::tls::handshake::upgrade(
+                    &tls.client,
+                    client,
+                    true,
+                    &app.auth_cpu,
+                ))
+                .await?
+            }
             Ok(false) => {}
             Err(_) => return Ok(Startup::Done),
         }
@@ -127,7 +135,13 @@ pub async fn read_startup(app: &Arc<App>, client: &mut ClientConn) -> Result<Sta
                         .write_all(b"S")
                         .await
                         .map_err(|_| EndReason::ClientClosed)?;
-                    Box::pin(crate::tls::handshake::upgrade(&tls.client, client, false)).await?;
+                    Box::pin(crate::tls::handshake::upgrade(
+                        &tls.client,
+                        client,
+                        false,
+                        &app.auth_cpu,
+                    ))
+                    .await?;
                     continue;
                 }
                 client

@@ -76,7 +76,7 @@ pub async fn open_addr(
                     .collect();
                 let s = TcpStream::connect(&addrs[..]).await?;
                 tune_tcp(&s, &opts.tcp);
-                opts.tls.connect(s, host).await.map_err(|e| match e {
+                opts.tls.connect(s, host, cpu).await.map_err(|e| match e {
                     // The server went away while asked for TLS: a network failure (retried after
                     // server_login_retry), not a refusal.
                     ServerTlsError::Io(io) => ServerError::Io(io),

@@ -9,6 +9,7 @@ use sluice_config::{Settings, TlsMode};
 use tokio::net::TcpStream;
 
 use super::{describe, pem, TlsError, TlsFacts};
+use crate::auth::cpu::AuthCpu;
 use crate::net::tls_io::FlushedTls;
 use crate::net::Stream;
 
@@ -98,6 +99,17 @@ impl ClientTls {
         })
     }
 
+    /// The same, with rustls' key log set (tests use it to see which thread ran the handshake).
+    #[cfg(test)]
+    pub fn with_key_log(mut self, log: Arc<dyn rustls::KeyLog>) -> Self {
+        if let Some(c) = &self.config {
+            let mut c = (**c).clone();
+            c.key_log = log;
+            self.config = Some(Arc::new(c));
+        }
+        self
+    }
+
     /// TLS is offered to clients (answer SSLRequest with 'S', accept direct TLS).
     pub fn offered(&self) -> bool {
         self.config.is_some()
@@ -113,17 +125,22 @@ impl ClientTls {
 
     /// Run the handshake on a plain TCP client. `direct` = no SSLRequest came first, so the
     /// client must have negotiated ALPN "postgresql" (as PostgreSQL 17 requires).
+    ///
+    /// The handshake runs on the authentication threads (`cpu`), not on the calling worker; the
+    /// TLS stream comes back registered with the caller's runtime.
     pub async fn accept(
         &self,
         tcp: TcpStream,
         direct: bool,
+        cpu: &AuthCpu,
     ) -> Result<(Stream, TlsFacts), HandshakeError> {
         let Some(config) = &self.config else {
             return Err(HandshakeError::Io(std::io::Error::other("TLS is disabled")));
         };
-        let tls = tokio_rustls::TlsAcceptor::from(config.clone())
-            .accept(tcp)
-            .await?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
+        let tls = cpu
+            .run_socket(tcp, move |tcp| acceptor.accept(tcp))
+            .await??;
         let (_, conn) = tls.get_ref();
         if direct && conn.alpn_protocol() != Some(ALPN_POSTGRESQL) {
             return Err(HandshakeError::NoAlpn);
@@ -136,6 +153,8 @@ impl ClientTls {
             channel_binding: self.end_point.clone(),
             description: describe::describe(conn),
         };
-        Ok((Stream::ClientTls(Box::new(FlushedTls::new(tls))), facts))
+        let mut stream = Stream::ClientTls(Box::new(FlushedTls::new(tls)));
+        stream.move_to_current_worker()?;
+        Ok((stream, facts))
     }
 }

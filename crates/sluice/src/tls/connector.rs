@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{describe, pem, TlsError};
+use crate::auth::cpu::AuthCpu;
 use crate::net::tls_io::FlushedTls;
 use crate::net::Stream;
 
@@ -139,12 +140,27 @@ impl ServerTls {
         })
     }
 
+    /// The same, with rustls' key log set (tests use it to see which thread ran the handshake).
+    #[cfg(test)]
+    pub fn with_key_log(mut self, log: Arc<dyn rustls::KeyLog>) -> Self {
+        if let Some(c) = &self.config {
+            let mut c = (**c).clone();
+            c.key_log = log;
+            self.config = Some(Arc::new(c));
+        }
+        self
+    }
+
     /// Ask a freshly connected TCP server for TLS (never used for Unix sockets). prefer/allow fall
     /// back to plaintext on 'N'; require and verify-* fail.
+    ///
+    /// The handshake runs on the authentication threads (`cpu`), not on the calling worker; the
+    /// TLS stream comes back registered with the caller's runtime.
     pub async fn connect(
         &self,
         mut tcp: TcpStream,
         host: &str,
+        cpu: &AuthCpu,
     ) -> Result<(Stream, Option<ServerTlsInfo>), ServerTlsError> {
         let Some(config) = &self.config else {
             return Ok((Stream::Tcp(tcp), None));
@@ -162,9 +178,11 @@ impl ServerTls {
         }
         let name = ServerName::try_from(host.to_string())
             .map_err(|_| ServerTlsError::BadName(host.to_string()))?;
-        let tls = tokio_rustls::TlsConnector::from(config.clone())
-            .connect(name, tcp)
+        let connector = tokio_rustls::TlsConnector::from(config.clone());
+        let tls = cpu
+            .run_socket(tcp, move |tcp| connector.connect(name, tcp))
             .await
+            .and_then(|r| r)
             .map_err(|e| {
                 let verify = e
                     .get_ref()
@@ -184,10 +202,9 @@ impl ServerTls {
                 .and_then(|c| c.first())
                 .and_then(describe::end_point),
         };
-        Ok((
-            Stream::ServerTls(Box::new(FlushedTls::new(tls))),
-            Some(info),
-        ))
+        let mut stream = Stream::ServerTls(Box::new(FlushedTls::new(tls)));
+        stream.move_to_current_worker()?;
+        Ok((stream, Some(info)))
     }
 }
 

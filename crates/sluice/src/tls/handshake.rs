@@ -2,6 +2,7 @@
 //! upgrading the client's socket in place.
 
 use super::ClientTls;
+use crate::auth::cpu::AuthCpu;
 use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
 use crate::net::Stream;
@@ -25,11 +26,13 @@ pub async fn peek_direct(client: &ClientConn) -> std::io::Result<bool> {
     }
 }
 
-/// Replace the client's plain TCP stream by TLS and record what the handshake told us.
+/// Replace the client's plain TCP stream by TLS and record what the handshake told us. The
+/// handshake runs on the authentication threads (`cpu`), not on the client's worker.
 pub async fn upgrade(
     tls: &ClientTls,
     client: &mut ClientConn,
     direct: bool,
+    cpu: &AuthCpu,
 ) -> Result<(), EndReason> {
     let Stream::Tcp(tcp) = client.stream.take() else {
         return Err(EndReason::Error(ClientNotice::new(
@@ -37,7 +40,7 @@ pub async fn upgrade(
             "TLS is only available over TCP",
         )));
     };
-    match tls.accept(tcp, direct).await {
+    match tls.accept(tcp, direct, cpu).await {
         Ok((stream, facts)) => {
             client.stream = stream;
             tracing::debug!(

@@ -131,3 +131,5 @@ fn provider(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod threads_tests;
