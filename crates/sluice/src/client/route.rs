@@ -60,13 +60,16 @@ impl ClientRoute {
 
     /// A transaction starts with `request` buffered (at least its first message's header): the
     /// pool to take its server from, when not the session's own (a standby's sibling).
+    /// `statements`: the client's prepared statements when the pool rewrites their names (None
+    /// when max_prepared_statements = 0: a named statement then lives on one server only, and
+    /// whatever names one stays on the primary).
     pub fn begin(
         &mut self,
         pool: &Arc<Pool>,
         request: &[u8],
         params: &ParamMap,
         pinned: bool,
-        statements: &ClientStatements,
+        statements: Option<&ClientStatements>,
     ) -> Option<Arc<Pool>> {
         self.ran_on = None;
         self.replay = None;
@@ -219,7 +222,7 @@ struct Opening {
 /// ([`prepared_only`]). Anything else (an unnamed statement parsed in
 /// an earlier batch, a name the client never parsed, a message not fully read) gives None: the
 /// primary.
-fn opening(buf: &[u8], statements: &ClientStatements) -> Option<Opening> {
+fn opening(buf: &[u8], statements: Option<&ClientStatements>) -> Option<Opening> {
     let (tag, body, len) = message(buf)?;
     match tag {
         frontend_tag::QUERY => Some(Opening {
@@ -233,7 +236,7 @@ fn opening(buf: &[u8], statements: &ClientStatements) -> Option<Opening> {
 }
 
 /// The batch at the start of `buf` (see [`opening`]).
-fn extended(buf: &[u8], statements: &ClientStatements) -> Option<Opening> {
+fn extended(buf: &[u8], statements: Option<&ClientStatements>) -> Option<Opening> {
     let mut at = 0;
     let mut executes = 0;
     let mut binds = 0;
@@ -244,7 +247,11 @@ fn extended(buf: &[u8], statements: &ClientStatements) -> Option<Opening> {
         let (tag, body, len) = message(&buf[at..])?;
         match tag {
             frontend_tag::PARSE => {
-                replayable &= cstr(body)?.0.is_empty();
+                let named = !cstr(body)?.0.is_empty();
+                if named && statements.is_none() {
+                    return None;
+                }
+                replayable &= !named;
             }
             frontend_tag::BIND if executes == 0 => {
                 binds += 1;
@@ -269,7 +276,7 @@ fn extended(buf: &[u8], statements: &ClientStatements) -> Option<Opening> {
     }
     let class = match parsed_in(&buf[..bind_at], name) {
         Some(text) => route::classify(text),
-        None if !name.is_empty() => statements
+        None if !name.is_empty() => statements?
             .get(std::str::from_utf8(name).ok()?)?
             .read_class(),
         None => return None,
@@ -392,7 +399,7 @@ mod tests {
 
     /// The verdict of what opens `buf`, its span and whether it may be replayed.
     fn open(buf: &[u8], st: &ClientStatements) -> Option<(route::Verdict, usize, bool)> {
-        opening(buf, st).map(|o| (o.class.verdict, o.len, o.replayable))
+        opening(buf, Some(st)).map(|o| (o.class.verdict, o.len, o.replayable))
     }
 
     fn proven(v: route::Verdict) -> bool {
@@ -497,6 +504,20 @@ mod tests {
         let close = [bind("s1"), exec.clone(), msg(b'C', b"Ss1\0"), sync.clone()].concat();
         let (v, _, replay) = open(&close, &st).unwrap();
         assert!(proven(v) && !replay);
+        // Names not rewritten (max_prepared_statements = 0): a named statement stays where it
+        // was parsed, so whatever names one goes to the primary; unnamed ones still route.
+        assert!(opening(&[bind("s1"), exec.clone(), sync.clone()].concat(), None).is_none());
+        let prepare = [msg(b'P', b"n\0SELECT 1\0\0\0"), sync.clone()].concat();
+        assert!(opening(&prepare, Some(&st)).is_some());
+        assert!(opening(&prepare, None).is_none());
+        let unnamed = [
+            msg(b'P', b"\0SELECT 1\0\0\0"),
+            msg(b'B', b"\0\0\0\0\0\0\0\0"),
+            exec.clone(),
+            sync.clone(),
+        ]
+        .concat();
+        assert!(opening(&unnamed, None).is_some());
         // Pipelined past the Sync: the batch alone is the opening.
         let piped = [bind("s1"), exec.clone(), sync.clone(), bind("w")].concat();
         assert_eq!(open(&piped, &st).unwrap().1, piped.len() - bind("w").len());
