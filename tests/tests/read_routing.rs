@@ -7,14 +7,13 @@
 //! nothing reads from the standby; route_reads = off sends everything to the primary.
 //! Statements prepared in one batch and bound in later ones (tokio-postgres' prepare, as JDBC and
 //! asyncpg do) are routed as the same texts sent as simple queries, and the 25006 replay covers
-//! extended-protocol batches that parse no named statement; one that does gets the standby's
-//! error as is.
+//! extended-protocol batches too.
 
 use std::time::Duration;
 
 use sluice_e2e::{
-    error_fields, free_port, host_list, metrics, sample, start_over_replicas, Console, PgNode,
-    RawConn, ReplicaSet, Sluice,
+    free_port, host_list, metrics, sample, start_over_replicas, Console, PgNode, RawConn,
+    ReplicaSet, Sluice,
 };
 use tokio_postgres::types::Type;
 use tokio_postgres::SimpleQueryMessage;
@@ -417,18 +416,33 @@ async fn until_ready(c: &mut RawConn) -> Vec<(u8, Vec<u8>)> {
     }
 }
 
-/// Parse (when `parse` is given, under `name`), Bind of `name`, Execute, Sync: one write.
-fn batch(name: &str, parse: Option<&str>) -> Vec<u8> {
+/// Parse (when `parse` is given, under `name`), Bind of `name` (with one text parameter when
+/// `param` is given), Execute, Sync: one write.
+fn batch(name: &str, parse: Option<&str>, param: Option<&str>) -> Vec<u8> {
     let mut out = Vec::new();
     if let Some(text) = parse {
         let body = [name.as_bytes(), b"\0", text.as_bytes(), b"\0\0\0"].concat();
         out.extend(RawConn::message(b'P', &body));
     }
-    let bind = [b"\0", name.as_bytes(), b"\0\0\0\0\0\0\0"].concat();
+    let mut bind = [b"\0", name.as_bytes(), b"\0\0\0"].concat();
+    match param {
+        Some(v) => {
+            bind.extend_from_slice(&1u16.to_be_bytes());
+            bind.extend_from_slice(&(v.len() as u32).to_be_bytes());
+            bind.extend_from_slice(v.as_bytes());
+        }
+        None => bind.extend_from_slice(&0u16.to_be_bytes()),
+    }
+    bind.extend_from_slice(&0u16.to_be_bytes());
     out.extend(RawConn::message(b'B', &bind));
     out.extend(RawConn::message(b'E', b"\0\0\0\0\0"));
     out.extend(RawConn::message(b'S', b""));
     out
+}
+
+/// The tags of `msgs`.
+fn tags(msgs: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    msgs.iter().map(|m| m.0).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -442,7 +456,7 @@ async fn a_bound_read_the_standby_refuses_runs_on_the_primary() {
          $$ BEGIN INSERT INTO t(v) VALUES (x); RETURN x; END $$",
     );
     caught_up(p, sb);
-    let dbs = format!("au = {} route_reads=auto\n", hosts(&[p, sb]));
+    let dbs = format!("au = {} route_reads=auto pool_size=1\n", hosts(&[p, sb]));
     let mport = free_port();
     let s = start_over_replicas(&dbs, &format!("metrics_listen_addr = 127.0.0.1:{mport}"));
     let replayed = |text: &str| {
@@ -496,22 +510,38 @@ async fn a_bound_read_the_standby_refuses_runs_on_the_primary() {
     assert_eq!(replayed(&metrics(mport).await), 2.0);
     assert_eq!(one(&c, "SELECT 1").await.unwrap(), "1");
 
-    // A batch that parses a named statement is not replayed (the client's name would be
-    // parsed twice): the standby's 25006 reaches the client as is, in its place in the batch,
-    // and the session goes on. Binding that statement later is replayed as above.
+    // A batch that parses a named statement (JDBC's first run of a statement it keeps): the
+    // refused batch runs again on the primary, the name parsed again there; the client sees
+    // each reply once.
     let mut raw = raw_login(&s, "au").await;
-    raw.send(&batch("q1", Some("SELECT hidden_write(99)")))
+    raw.send(&batch("q1", Some("SELECT hidden_write(99)"), None))
         .await;
     let msgs = until_ready(&mut raw).await;
-    let tags: Vec<u8> = msgs.iter().map(|m| m.0).collect();
-    assert_eq!(tags, b"12EZ", "{msgs:?}");
-    assert_eq!(error_fields(&msgs[2].1)[&b'C'], "25006");
-    assert_eq!(msgs[3].1, b"I");
-    assert_eq!(on_primary(99), "0");
-    raw.send(&batch("q1", None)).await;
-    let msgs = until_ready(&mut raw).await;
-    let tags: Vec<u8> = msgs.iter().map(|m| m.0).collect();
-    assert_eq!(tags, b"2DCZ", "{msgs:?}; log:\n{}", s.log());
+    assert_eq!(tags(&msgs), b"12DCZ", "{msgs:?}; log:\n{}", s.log());
     assert_eq!(on_primary(99), "1");
     assert_eq!(replayed(&metrics(mport).await), 3.0);
+    // A statement the standby's server has already: the pooler answers the client's Parse
+    // itself, and holds that ParseComplete back with the rest until the standby took the read
+    // (pool_size = 1: the second client gets the first one's standby server).
+    const MAYBE: &str = "SELECT CASE WHEN $1 THEN hidden_write(100) ELSE 0 END";
+    let mut a = raw_login(&s, "au").await;
+    a.send(&batch("qa", Some(MAYBE), Some("f"))).await;
+    let msgs = until_ready(&mut a).await;
+    assert_eq!(tags(&msgs), b"12DCZ", "{msgs:?}");
+    assert_eq!(
+        replayed(&metrics(mport).await),
+        3.0,
+        "it ran on the standby"
+    );
+    let mut b = raw_login(&s, "au").await;
+    b.send(&batch("qb", Some(MAYBE), Some("t"))).await;
+    let msgs = until_ready(&mut b).await;
+    assert_eq!(tags(&msgs), b"12DCZ", "{msgs:?}; log:\n{}", s.log());
+    assert_eq!(on_primary(100), "1");
+    assert_eq!(replayed(&metrics(mport).await), 4.0);
+    // The replayed statements are the clients' as any other: bound again, they run.
+    raw.send(&batch("q1", None, None)).await;
+    let msgs = until_ready(&mut raw).await;
+    assert_eq!(tags(&msgs), b"2DCZ", "{msgs:?}; log:\n{}", s.log());
+    assert_eq!(on_primary(99), "2");
 }

@@ -115,11 +115,16 @@ impl ClientRoute {
     }
 
     /// The standby refused the read with 25006 before anything reached the client: put the
-    /// request back in front of what the client sent since, for the primary.
-    pub fn refused(&mut self, rbuf: &mut bytes::BytesMut) {
+    /// request back in front of what the client sent since, for the primary, and forget the
+    /// statement names it parsed (new to the client when it was taken, `extended`: it parses
+    /// them again).
+    pub fn refused(&mut self, rbuf: &mut bytes::BytesMut, statements: &mut ClientStatements) {
         let Some(request) = self.replay.take() else {
             return;
         };
+        for name in parsed_names(&request) {
+            statements.remove(name);
+        }
         let host = self.ran_on.and_then(|k| self.hosts.get(k.index));
         if let Some(h) = host {
             h.reads_replayed.fetch_add(1, Ordering::Relaxed);
@@ -207,9 +212,9 @@ struct Opening {
     /// Bytes of the request it spans: a simple Query, or an extended-protocol batch through its
     /// Sync.
     len: usize,
-    /// Running it again on the primary repeats nothing the relay did for the client: it parses
-    /// no named statement (the client would have the name already, and the relay may answer
-    /// such a Parse itself before the server does) and closes none.
+    /// Running it again on the primary repeats nothing the relay keeps for the client: every
+    /// statement name it parses is new to the client (forgotten again before the replay:
+    /// [`ClientRoute::refused`]), it closes none, and it binds once.
     replayable: bool,
 }
 
@@ -239,7 +244,8 @@ fn opening(buf: &[u8], statements: Option<&ClientStatements>) -> Option<Opening>
 fn extended(buf: &[u8], statements: Option<&ClientStatements>) -> Option<Opening> {
     let mut at = 0;
     let mut executes = 0;
-    let mut binds = 0;
+    // Binds before the first Execute, and in all.
+    let (mut binds_first, mut binds) = (0, 0);
     // Where the first Bind lies, and the statement it names.
     let mut first_bind: Option<(usize, &[u8])> = None;
     let mut replayable = true;
@@ -247,16 +253,20 @@ fn extended(buf: &[u8], statements: Option<&ClientStatements>) -> Option<Opening
         let (tag, body, len) = message(&buf[at..])?;
         match tag {
             frontend_tag::PARSE => {
-                let named = !cstr(body)?.0.is_empty();
-                if named && statements.is_none() {
-                    return None;
+                let name = cstr(body)?.0;
+                if !name.is_empty() {
+                    // Names not rewritten: the statement would live on that server alone.
+                    let statements = statements?;
+                    replayable &= std::str::from_utf8(name).is_ok_and(|n| !statements.contains(n));
                 }
-                replayable &= !named;
             }
-            frontend_tag::BIND if executes == 0 => {
+            frontend_tag::BIND => {
                 binds += 1;
-                let (_portal, rest) = cstr(body)?;
-                first_bind.get_or_insert((at, cstr(rest)?.0));
+                if executes == 0 {
+                    binds_first += 1;
+                    let (_portal, rest) = cstr(body)?;
+                    first_bind.get_or_insert((at, cstr(rest)?.0));
+                }
             }
             frontend_tag::CLOSE => replayable = false,
             frontend_tag::EXECUTE => executes += 1,
@@ -271,7 +281,7 @@ fn extended(buf: &[u8], statements: Option<&ClientStatements>) -> Option<Opening
     let Some((bind_at, name)) = first_bind else {
         return prepared_only(&buf[..at], executes);
     };
-    if binds != 1 {
+    if binds_first != 1 {
         return None;
     }
     let class = match parsed_in(&buf[..bind_at], name) {
@@ -285,7 +295,7 @@ fn extended(buf: &[u8], statements: Option<&ClientStatements>) -> Option<Opening
     (executes == 1 || declared).then_some(Opening {
         class,
         len: at,
-        replayable,
+        replayable: replayable && binds == 1,
     })
 }
 
@@ -327,6 +337,22 @@ fn parsed_in<'a>(batch: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
         at += len;
     }
     text
+}
+
+/// The statement names a batch parses.
+fn parsed_names(batch: &[u8]) -> impl Iterator<Item = &str> {
+    let mut at = 0;
+    std::iter::from_fn(move || loop {
+        let (tag, body, len) = message(&batch[at..])?;
+        at += len;
+        if tag == frontend_tag::PARSE {
+            if let Some(Ok(n)) = cstr(body).map(|(n, _)| std::str::from_utf8(n)) {
+                if !n.is_empty() {
+                    return Some(n);
+                }
+            }
+        }
+    })
 }
 
 /// One whole message at the start of `buf`: tag, body, total length.
@@ -420,7 +446,10 @@ mod tests {
         let one = [parse.clone(), bind.clone(), exec.clone(), sync.clone()].concat();
         let (v, len, replay) = open(&one, &none).unwrap();
         assert!(proven(v) && len == one.len());
-        assert!(!replay, "a named Parse is not repeated");
+        assert!(
+            replay,
+            "s1 is new to the client: forgotten again before a replay"
+        );
         let unnamed_parse = msg(b'P', b"\0SELECT 1\0\0\0");
         let unnamed_bind = msg(b'B', b"\0\0\0\0\0\0\0\0");
         let batch = [unnamed_parse, unnamed_bind, exec.clone(), sync.clone()].concat();
@@ -495,8 +524,9 @@ mod tests {
             open(&ro, &st).unwrap().0,
             route::Verdict::DeclaredReadOnly(_)
         ));
-        // The batch's own Parse of a name wins over an earlier statement of that name; a named
-        // Parse or a Close: not replayable.
+        // The batch's own Parse of a name wins over an earlier statement of that name; a name
+        // the client has already (the relay refuses the Parse), a Close, or a second Bind: not
+        // replayable.
         let reparse = msg(b'P', b"w\0SELECT 2\0\0\0");
         let batch = [reparse, bind("w"), exec.clone(), sync.clone()].concat();
         let (v, _, replay) = open(&batch, &st).unwrap();
@@ -504,6 +534,13 @@ mod tests {
         let close = [bind("s1"), exec.clone(), msg(b'C', b"Ss1\0"), sync.clone()].concat();
         let (v, _, replay) = open(&close, &st).unwrap();
         assert!(proven(v) && !replay);
+        let after = [bind("s1"), exec.clone(), bind("w"), sync.clone()].concat();
+        let (v, _, replay) = open(&after, &st).unwrap();
+        assert!(proven(v) && !replay);
+        let fresh = msg(b'P', b"new\0SELECT 3\0\0\0");
+        let batch = [fresh, bind("new"), exec.clone(), sync.clone()].concat();
+        assert!(open(&batch, &st).unwrap().2);
+        assert_eq!(parsed_names(&batch).collect::<Vec<_>>(), vec!["new"]);
         // Names not rewritten (max_prepared_statements = 0): a named statement stays where it
         // was parsed, so whatever names one goes to the primary; unnamed ones still route.
         assert!(opening(&[bind("s1"), exec.clone(), sync.clone()].concat(), None).is_none());

@@ -377,7 +377,7 @@ async fn serve_request(
                 client.id
             );
             s.pool.discard(server);
-            r.refused(&mut client.rbuf);
+            r.refused(&mut client.rbuf, &mut s.statements);
             return Served::Next;
         }
     }

@@ -20,15 +20,14 @@ const READ_ONLY_SQL_TRANSACTION: &str = "25006";
 impl RelayCore<'_> {
     /// `scan_server` with the guard armed (only a routed read's relay comes here): the pooler's
     /// own replies first, as `scan_server` takes them, then the guard; once it is lifted, the
-    /// usual scan.
+    /// usual scan. Replies the relay synthesizes (a ParseComplete for a statement the server
+    /// already has) wait meanwhile (`emit_fakes`), so that a refused read left nothing at the
+    /// client.
     pub(super) fn scan_guarded(&mut self) -> Result<(), RelayEnd> {
         while self.scratch.lead_skip {
             if !self.skip_lead()? {
                 return Ok(());
             }
-        }
-        if self.prepared.is_some() && !self.drain_fakes() {
-            return Ok(());
         }
         if self.s.ready >= self.server.rbuf.len() || !self.guard_read()? {
             return Ok(()); // not yet known whether the standby refused

@@ -394,6 +394,11 @@ impl RelayCore<'_> {
     }
 
     fn emit_fakes(&mut self) -> bool {
+        if self.scratch.read_guard {
+            // Read routing: nothing reaches the client before the standby's first reply shows it
+            // took the read (`read_guard.rs`); then these go first, in their place.
+            return true;
+        }
         while let Some(front) = self.scratch.expect.front() {
             if front.action() != Action::Fake {
                 return true;
