@@ -224,9 +224,9 @@ struct Opening {
 /// classify again). A batch is only taken whole up to its Sync, binding one statement before its
 /// first Execute, and executing once (that statement is then the whole transaction) unless the
 /// statement declares the transaction read only; or preparing proven reads and running nothing
-/// ([`prepared_only`]). Anything else (an unnamed statement parsed in
-/// an earlier batch, a name the client never parsed, a message not fully read) gives None: the
-/// primary.
+/// ([`prepared_only`]). Anything else (an unnamed statement parsed in an earlier batch, a name
+/// the client never parsed, any name while `statements` is None, a message not fully read)
+/// gives None: the primary.
 fn opening(buf: &[u8], statements: Option<&ClientStatements>) -> Option<Opening> {
     let (tag, body, len) = message(buf)?;
     match tag {
