@@ -539,6 +539,20 @@ async fn a_bound_read_the_standby_refuses_runs_on_the_primary() {
     assert_eq!(tags(&msgs), b"12DCZ", "{msgs:?}; log:\n{}", s.log());
     assert_eq!(on_primary(100), "1");
     assert_eq!(replayed(&metrics(mport).await), 4.0);
+    // A read with a write pipelined behind it in the same write: both run on the primary (on
+    // the read's standby the write would fail with 25006).
+    let mut piped = raw_login(&s, "au").await;
+    let two = [
+        RawConn::message(b'Q', b"SELECT 1\0"),
+        RawConn::message(b'Q', b"INSERT INTO t(v) VALUES (101)\0"),
+    ]
+    .concat();
+    piped.send(&two).await;
+    let first = until_ready(&mut piped).await;
+    let second = until_ready(&mut piped).await;
+    assert_eq!(tags(&first), b"TDCZ", "{first:?}");
+    assert_eq!(tags(&second), b"CZ", "{second:?}; log:\n{}", s.log());
+    assert_eq!(on_primary(101), "1");
     // The replayed statements are the clients' as any other: bound again, they run.
     raw.send(&batch("q1", None, None)).await;
     let msgs = until_ready(&mut raw).await;

@@ -79,6 +79,11 @@ impl ClientRoute {
             return None;
         }
         let opening = opening(request, statements)?;
+        if opening.len != request.len() {
+            // More requests buffered behind it (a pipelining client): the relay would send them
+            // to the same server, where a write fails with 25006.
+            return None;
+        }
         let read_only = params
             .get("default_transaction_read_only")
             .is_some_and(|v| v.eq_ignore_ascii_case("on"));
@@ -100,10 +105,8 @@ impl ClientRoute {
         let host = self.hosts.get(key.index)?;
         let reader = pool.reader(&host.addr)?;
         host.routed_reads.fetch_add(1, Ordering::Relaxed);
-        // A proven read (not one the client declared) that is the whole request buffered: it
-        // may be replayed on the primary.
-        let whole = opening.len == request.len() && opening.replayable;
-        if whole && matches!(because, route::ReadOnlyBecause::ProvenRead(_)) {
+        // A proven read (not one the client declared): it may be replayed on the primary.
+        if opening.replayable && matches!(because, route::ReadOnlyBecause::ProvenRead(_)) {
             self.replay = Some(request.to_vec());
         }
         Some(reader)
