@@ -64,7 +64,7 @@ FLOORS = ("floor_epoll", "floor_uring")
 POOLERS = TARGETS[1:]
 
 def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=False, apps=None, tls=False,
-             writes=False, storm=False):
+             writes=False, storm=False, db=None):
     """kind: pgbench (cpu per transaction), login (-C: one login per transaction, cpu per login),
     idle (hold idle logged-in clients, RSS per client; poolers only). w1: also run on sluice_w1 and
     sluice_spread.
@@ -74,9 +74,11 @@ def scenario(name, args, clients, user=USER, kind="pgbench", w1=False, floor=Fal
     sslmode=disable). writes: the script updates pgbench's tables (TPC-B), so every run of it starts
     from the same state (Cluster.reset_tables), not from the dead rows of the runs before it.
     storm (idle kind): every login at once instead of BENCH_IDLE_BATCH at a time, and the memory
-    figure is the peak (VmHWM) per client rather than what the held clients keep."""
+    figure is the peak (VmHWM) per client rather than what the held clients keep.
+    db: the [databases] entry the clients name (default bench); set, the scenario runs on Sluice
+    only (the read-routing entries of SLUICE_DBS are Sluice's)."""
     return {"name": name, "args": args, "clients": clients, "user": user, "kind": kind, "w1": w1,
-            "floor": floor, "apps": apps, "tls": tls, "writes": writes, "storm": storm}
+            "floor": floor, "apps": apps, "tls": tls, "writes": writes, "storm": storm, "db": db}
 
 
 SCENARIOS = [
@@ -111,7 +113,23 @@ SCENARIOS = [
     # A connection storm: 4,000 clients log in at once (md5), each runs SELECT 1 and stays; the
     # pooler's peak memory per client (the fault run compared it with PgBouncer's).
     scenario("storm_c4000", [], 4000, user=MD5_USER, kind="idle", storm=True),
+    # What read routing's bookkeeping (issue 33) costs, on Sluice alone, interleaved: `-S` through
+    # the plain entry; through an entry naming the primary alone with target_session_attrs (health
+    # checks) and route_reads = off (what a client of a database that routes nothing pays); and
+    # with route_reads = auto (each transaction classified, its freshness asked, then the primary:
+    # no standby to route to), in simple and prepared protocol (a Bind takes its statement's kept
+    # classification).
+    scenario("route_none_c50", ["-S"], 50, db=DB),
+    scenario("route_off_c50", ["-S"], 50, db="bench_route_off"),
+    scenario("route_auto_c50", ["-S"], 50, db="bench_route_auto"),
+    scenario("route_auto_prepared_c50", ["-S", "-M", "prepared"], 50, db="bench_route_auto"),
 ]
+
+
+# Sluice's own entries for the route_* scenarios: the primary alone, with health checks.
+SLUICE_DBS = """bench_route_off = host=127.0.0.1 port={pg_port} dbname={db} target_session_attrs=read-write route_reads=off
+bench_route_auto = host=127.0.0.1 port={pg_port} dbname={db} target_session_attrs=read-write route_reads=auto
+"""
 
 
 SCRIPTS = {
@@ -121,6 +139,8 @@ SCRIPTS = {
 
 
 def applies(sc, target):
+    if sc["db"]:
+        return target == "sluice"
     if sc["tls"] and target not in ("pgbouncer", "sluice"):
         return False
     if target in ("sluice_w1", "sluice_spread"):
@@ -316,7 +336,7 @@ full_page_writes = off
 
 POOLER_INI = """[databases]
 {db} = host=127.0.0.1 port={pg_port} dbname={db}
-
+{extra_dbs}
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = {port}
@@ -340,7 +360,7 @@ class Pooler:
     """PgBouncer or Sluice with an identical pgbouncer.ini (only port and dir differ)."""
 
     def __init__(self, name, cmd_prefix, binary, base, cluster, secrets, owner_pg, nofile, max_client_conn,
-                 extra_ini="", forced_nofile=False, args=None):
+                 extra_ini="", forced_nofile=False, args=None, extra_dbs=""):
         self.name, self.binary = name, binary
         self.dir = os.path.join(base, name)
         os.mkdir(self.dir)
@@ -351,6 +371,7 @@ class Pooler:
         ini = os.path.join(self.dir, "pgbouncer.ini")
         with open(ini, "w") as f:
             f.write(POOLER_INI.format(db=DB, pg_port=cluster.port, port=self.port, dir=self.dir,
+                                      extra_dbs=extra_dbs.format(db=DB, pg_port=cluster.port),
                                       max_client_conn=max_client_conn,
                                       tls_dir=os.path.join(base, "tls")) + extra_ini)
         with open(os.path.join(self.dir, "userlist.txt"), "w") as f:
@@ -551,7 +572,7 @@ def run_scenario(sc, target_name, port, pooler, duration, scripts, log_prefix):
         prefix = log_prefix if app is None else f"{log_prefix}.{i}"
         cmds.append(["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", user,
                      "-c", str(clients // len(apps)), "-j", str(2 // len(apps) or 1), "-T", str(duration),
-                     "--log", f"--log-prefix={prefix}"] + args + [DB])
+                     "--log", f"--log-prefix={prefix}"] + args + [sc["db"] or DB])
         env = dict(os.environ, PGPASSWORD=PASSWORDS[user], PGCONNECT_TIMEOUT="15",
                    PGSSLMODE="require" if sc["tls"] else "disable")
         if app is not None:
@@ -962,7 +983,8 @@ def main():
                 skipped[name] = missing
                 continue
             p = Pooler(name, prefix, binary, base, cluster, secrets, owner_pg, pooler_nofile or nofile,
-                       max_client_conn, extra, forced_nofile=bool(pooler_nofile), args=floor_args.get(name))
+                       max_client_conn, extra, forced_nofile=bool(pooler_nofile), args=floor_args.get(name),
+                       extra_dbs=SLUICE_DBS if name == "sluice" else "")
             if p.start():
                 poolers[name] = p
             else:

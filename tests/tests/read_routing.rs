@@ -5,10 +5,17 @@
 //! read the standby refused with 25006 before any row went out; a client reads its own writes
 //! while the standby's replay is paused (its reads go to the primary) while a client that wrote
 //! nothing reads from the standby; route_reads = off sends everything to the primary.
+//! Statements prepared in one batch and bound in later ones (tokio-postgres' prepare, as JDBC and
+//! asyncpg do) are routed as the same texts sent as simple queries, and the 25006 replay covers
+//! extended-protocol batches too.
+
+use std::time::Duration;
 
 use sluice_e2e::{
-    free_port, host_list, metrics, sample, start_over_replicas, Console, PgNode, ReplicaSet, Sluice,
+    free_port, host_list, metrics, sample, start_over_replicas, Console, PgNode, RawConn,
+    ReplicaSet, Sluice,
 };
+use tokio_postgres::types::Type;
 use tokio_postgres::SimpleQueryMessage;
 
 fn hosts(nodes: &[&PgNode]) -> String {
@@ -287,4 +294,268 @@ async fn a_client_reads_its_own_writes_while_the_standby_lags() {
     // A client with no writes may read from the standby (it has seen nothing newer).
     assert_eq!(one(&other, PORT).await.unwrap(), sp, "{}", s.log());
     sb.psql("postgres", "SELECT pg_wal_replay_resume()");
+}
+
+/// The text of the first column of a prepared statement's single row.
+async fn bound(
+    s: &Sluice,
+    c: &tokio_postgres::Client,
+    stmt: &tokio_postgres::Statement,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> String {
+    c.query_one(stmt, params)
+        .await
+        .unwrap_or_else(|e| panic!("{e}; log:\n{}", s.log()))
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_prepared_in_one_batch_and_bound_later_are_routed() {
+    let set = ReplicaSet::new(1);
+    let (p, sb) = (&set.nodes[0], &set.nodes[1]);
+    make_table(p);
+    caught_up(p, sb);
+    let dbs = format!("au = {} route_reads=auto\n", hosts(&[p, sb]));
+    let mport = free_port();
+    let s = start_over_replicas(&dbs, &format!("metrics_listen_addr = 127.0.0.1:{mport}"));
+    let (pp, sp) = (p.port.to_string(), sb.port.to_string());
+    let routed = |text: &str| {
+        sample(
+            text,
+            &format!(
+                "sluice_host_routed_reads_total{{host=\"127.0.0.1\",port=\"{}\"}}",
+                sb.port
+            ),
+        )
+    };
+
+    // tokio-postgres prepares a statement in a batch of its own (Parse, Describe, Sync: nothing
+    // runs; a proven read's prepare goes where the read would) and binds it in later ones (Bind,
+    // Execute, Sync): a proven read runs on the standby, re-prepared there by the pooler when the
+    // server at hand lacks it.
+    let c = client(&s, "au").await;
+    let port = c.prepare(PORT).await.unwrap();
+    let count = c
+        .prepare("SELECT current_setting('port') || ':' || count(*) FROM t WHERE v = $1")
+        .await
+        .unwrap();
+    let before = routed(&metrics(mport).await);
+    for _ in 0..3 {
+        assert_eq!(bound(&s, &c, &port, &[]).await, sp, "{}", s.log());
+    }
+    assert_eq!(bound(&s, &c, &count, &[&5i32]).await, format!("{sp}:0"));
+    assert_eq!(routed(&metrics(mport).await), before + 4.0);
+    // One Parse/Bind/Describe/Execute/Sync batch of an unnamed statement (query_typed): the same.
+    let typed = c.query_typed(PORT, &[]).await.unwrap();
+    assert_eq!(typed[0].get::<_, String>(0), sp);
+
+    // A write and a read that needs the primary, prepared the same way, run on the primary (on
+    // the standby they would fail with 25006).
+    let write = c
+        .prepare("INSERT INTO t(v) VALUES ($1) RETURNING current_setting('port')")
+        .await
+        .unwrap();
+    let next = c
+        .prepare("SELECT current_setting('port') || ':' || nextval('t_id_seq')")
+        .await
+        .unwrap();
+    let locked = c
+        .prepare("SELECT current_setting('port') FROM t WHERE v = $1 FOR UPDATE")
+        .await
+        .unwrap();
+    assert_eq!(bound(&s, &c, &write, &[&5i32]).await, pp);
+    assert!(bound(&s, &c, &next, &[])
+        .await
+        .starts_with(&format!("{pp}:")));
+    assert_eq!(bound(&s, &c, &locked, &[&5i32]).await, pp);
+
+    // Read-your-writes holds for bound statements: with the standby's replay paused, a client's
+    // reads after its writes run on the primary and see them; a client that wrote nothing still
+    // reads from the standby.
+    sb.psql("postgres", "SELECT pg_wal_replay_pause()");
+    for i in 0..5 {
+        assert_eq!(bound(&s, &c, &write, &[&(100 + i)]).await, pp);
+        assert_eq!(
+            bound(&s, &c, &count, &[&(100 + i)]).await,
+            format!("{pp}:1"),
+            "read {i} after its write; log:\n{}",
+            s.log()
+        );
+    }
+    let other = client(&s, "au").await;
+    let theirs = other.prepare(PORT).await.unwrap();
+    assert_eq!(bound(&s, &other, &theirs, &[]).await, sp);
+    sb.psql("postgres", "SELECT pg_wal_replay_resume()");
+}
+
+/// Log in over a raw connection (trust) to database `db` of `s`.
+async fn raw_login(s: &Sluice, db: &str) -> RawConn {
+    let mut c = RawConn::connect(s.port).await;
+    c.send(&RawConn::startup_packet(&[
+        ("user", "postgres"),
+        ("database", db),
+    ]))
+    .await;
+    until_ready(&mut c).await;
+    c
+}
+
+/// Every message up to and including ReadyForQuery.
+async fn until_ready(c: &mut RawConn) -> Vec<(u8, Vec<u8>)> {
+    let mut msgs = Vec::new();
+    loop {
+        let m = c
+            .read_message(Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("no ReadyForQuery (hang or close) after {msgs:?}"));
+        let done = m.0 == b'Z';
+        msgs.push(m);
+        if done {
+            return msgs;
+        }
+    }
+}
+
+/// Parse (when `parse` is given, under `name`), Bind of `name` (with one text parameter when
+/// `param` is given), Execute, Sync: one write.
+fn batch(name: &str, parse: Option<&str>, param: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if let Some(text) = parse {
+        let body = [name.as_bytes(), b"\0", text.as_bytes(), b"\0\0\0"].concat();
+        out.extend(RawConn::message(b'P', &body));
+    }
+    let mut bind = [b"\0", name.as_bytes(), b"\0\0\0"].concat();
+    match param {
+        Some(v) => {
+            bind.extend_from_slice(&1u16.to_be_bytes());
+            bind.extend_from_slice(&(v.len() as u32).to_be_bytes());
+            bind.extend_from_slice(v.as_bytes());
+        }
+        None => bind.extend_from_slice(&0u16.to_be_bytes()),
+    }
+    bind.extend_from_slice(&0u16.to_be_bytes());
+    out.extend(RawConn::message(b'B', &bind));
+    out.extend(RawConn::message(b'E', b"\0\0\0\0\0"));
+    out.extend(RawConn::message(b'S', b""));
+    out
+}
+
+/// The tags of `msgs`.
+fn tags(msgs: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    msgs.iter().map(|m| m.0).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_read_the_standby_refuses_runs_on_the_primary() {
+    let set = ReplicaSet::new(1);
+    let (p, sb) = (&set.nodes[0], &set.nodes[1]);
+    make_table(p);
+    p.psql(
+        "postgres",
+        "CREATE FUNCTION hidden_write(x int) RETURNS int LANGUAGE plpgsql AS \
+         $$ BEGIN INSERT INTO t(v) VALUES (x); RETURN x; END $$",
+    );
+    caught_up(p, sb);
+    let dbs = format!("au = {} route_reads=auto pool_size=1\n", hosts(&[p, sb]));
+    let mport = free_port();
+    let s = start_over_replicas(&dbs, &format!("metrics_listen_addr = 127.0.0.1:{mport}"));
+    let replayed = |text: &str| {
+        sample(
+            text,
+            &format!(
+                "sluice_host_reads_replayed_total{{host=\"127.0.0.1\",port=\"{}\"}}",
+                sb.port
+            ),
+        )
+    };
+    let on_primary = |v: i32| p.psql("postgres", &format!("SELECT count(*) FROM t WHERE v = {v}"));
+
+    // Prepared in one batch, bound in the next: the standby refuses the hidden write with 25006
+    // before any row, and the batch runs again on the primary; the client sees its row.
+    let c = client(&s, "au").await;
+    let hidden = c.prepare("SELECT hidden_write($1)").await.unwrap();
+    let got: i32 = c
+        .query_one(&hidden, &[&78i32])
+        .await
+        .unwrap_or_else(|e| panic!("{e}; log:\n{}", s.log()))
+        .get(0);
+    assert_eq!(got, 78);
+    assert_eq!(on_primary(78), "1");
+    assert_eq!(replayed(&metrics(mport).await), 1.0, "{}", s.log());
+    // An unnamed statement parsed, bound and executed in one batch (a client's first
+    // transaction: the standby): the same.
+    let typed = client(&s, "au").await;
+    let rows = typed
+        .query_typed("SELECT hidden_write($1)", &[(&79i32, Type::INT4)])
+        .await
+        .unwrap_or_else(|e| panic!("{e}; log:\n{}", s.log()));
+    assert_eq!(rows[0].get::<_, i32>(0), 79);
+    assert_eq!(on_primary(79), "1");
+    assert_eq!(replayed(&metrics(mport).await), 2.0);
+    // Rows reached the client before the write failed: the error is the client's, and it
+    // carries on.
+    let c = client(&s, "au").await;
+    let late = c
+        .prepare(
+            "SELECT CASE WHEN i < 3 THEN i ELSE hidden_write(88) END FROM generate_series(1, 5) i",
+        )
+        .await
+        .unwrap();
+    let err = c
+        .query(&late, &[])
+        .await
+        .expect_err("refused after two rows");
+    assert_eq!(err.code().map(|c| c.code()), Some("25006"), "{err}");
+    assert_eq!(on_primary(88), "0");
+    assert_eq!(replayed(&metrics(mport).await), 2.0);
+    assert_eq!(one(&c, "SELECT 1").await.unwrap(), "1");
+
+    // A batch that parses a named statement (JDBC's first run of a statement it keeps): the
+    // refused batch runs again on the primary, the name parsed again there; the client sees
+    // each reply once.
+    let mut raw = raw_login(&s, "au").await;
+    raw.send(&batch("q1", Some("SELECT hidden_write(99)"), None))
+        .await;
+    let msgs = until_ready(&mut raw).await;
+    assert_eq!(tags(&msgs), b"12DCZ", "{msgs:?}; log:\n{}", s.log());
+    assert_eq!(on_primary(99), "1");
+    assert_eq!(replayed(&metrics(mport).await), 3.0);
+    // A statement the standby's server has already: the pooler answers the client's Parse
+    // itself, and holds that ParseComplete back with the rest until the standby took the read
+    // (pool_size = 1: the second client gets the first one's standby server).
+    const MAYBE: &str = "SELECT CASE WHEN $1 THEN hidden_write(100) ELSE 0 END";
+    let mut a = raw_login(&s, "au").await;
+    a.send(&batch("qa", Some(MAYBE), Some("f"))).await;
+    let msgs = until_ready(&mut a).await;
+    assert_eq!(tags(&msgs), b"12DCZ", "{msgs:?}");
+    assert_eq!(
+        replayed(&metrics(mport).await),
+        3.0,
+        "it ran on the standby"
+    );
+    let mut b = raw_login(&s, "au").await;
+    b.send(&batch("qb", Some(MAYBE), Some("t"))).await;
+    let msgs = until_ready(&mut b).await;
+    assert_eq!(tags(&msgs), b"12DCZ", "{msgs:?}; log:\n{}", s.log());
+    assert_eq!(on_primary(100), "1");
+    assert_eq!(replayed(&metrics(mport).await), 4.0);
+    // A read with a write pipelined behind it in the same write: both run on the primary (on
+    // the read's standby the write would fail with 25006).
+    let mut piped = raw_login(&s, "au").await;
+    let two = [
+        RawConn::message(b'Q', b"SELECT 1\0"),
+        RawConn::message(b'Q', b"INSERT INTO t(v) VALUES (101)\0"),
+    ]
+    .concat();
+    piped.send(&two).await;
+    let first = until_ready(&mut piped).await;
+    let second = until_ready(&mut piped).await;
+    assert_eq!(tags(&first), b"TDCZ", "{first:?}");
+    assert_eq!(tags(&second), b"CZ", "{second:?}; log:\n{}", s.log());
+    assert_eq!(on_primary(101), "1");
+    // The replayed statements are the clients' as any other: bound again, they run.
+    raw.send(&batch("q1", None, None)).await;
+    let msgs = until_ready(&mut raw).await;
+    assert_eq!(tags(&msgs), b"2DCZ", "{msgs:?}; log:\n{}", s.log());
+    assert_eq!(on_primary(99), "2");
 }

@@ -6,11 +6,13 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use sluice_protocol::encode_parse;
+
+use crate::route;
 
 /// A distinct statement: its text and parameter types, the name it has on every server, and its
 /// Parse message ready to send.
@@ -28,6 +30,10 @@ pub struct Statement {
     /// How running it ends a transaction block (what a client is told if its server is lost
     /// while it runs: `forward/lost.rs`).
     pub ends_transaction: crate::session_state::TxEnding,
+    /// Read routing's classification of the text (`route::classify`), made the first time a
+    /// routing client binds it (clients of pools that route nothing never pay for it), then
+    /// shared by every client and every Bind of this statement.
+    read_class: OnceLock<route::Classification>,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -88,6 +94,7 @@ impl StatementRegistry {
                 query,
                 crate::session_state::LexOptions::default(),
             ),
+            read_class: OnceLock::new(),
         });
         if map.len() >= 1024 && map.len().is_power_of_two() {
             map.retain(|_, w| w.strong_count() > 0);
@@ -117,6 +124,13 @@ impl Statement {
 
     pub fn param_types(&self) -> &[u32] {
         &self.param_types
+    }
+
+    /// The text's read-routing classification, classified once per statement.
+    pub fn read_class(&self) -> route::Classification {
+        *self
+            .read_class
+            .get_or_init(|| route::classify(self.query.as_bytes()))
     }
 }
 
@@ -258,5 +272,30 @@ mod tests {
         assert_eq!(c.get("s1").unwrap().query(), "select 1");
         assert!(c.remove("s1").is_some());
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn read_class_is_the_texts_and_kept() {
+        let r = StatementRegistry::default();
+        let read = r.intern("SELECT v FROM t WHERE id = $1", &[23]);
+        assert!(matches!(
+            read.read_class().verdict,
+            route::Verdict::ProvenRead { .. }
+        ));
+        assert!(read.read_class.get().is_some(), "kept after the first use");
+        let write = r.intern("INSERT INTO t(v) VALUES ($1)", &[23]);
+        assert!(
+            write.read_class.get().is_none(),
+            "not classified until asked"
+        );
+        assert!(matches!(
+            write.read_class().verdict,
+            route::Verdict::Primary(_)
+        ));
+        let lock = r.intern("SELECT v FROM t FOR UPDATE", &[]);
+        assert!(matches!(
+            lock.read_class().verdict,
+            route::Verdict::Primary(route::PrimaryWhy::LockingClause)
+        ));
     }
 }

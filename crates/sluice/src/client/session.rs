@@ -222,7 +222,8 @@ async fn serve_request(
             // A guard armed for a request that never reached a relay does not carry over.
             s.relay_scratch.take_read_refused();
             let pinned = s.tracker.pinned().is_some();
-            r.begin(&s.pool, &client.rbuf, &s.params, pinned)
+            let names = (snapshot.session.max_prepared > 0).then_some(&s.statements);
+            r.begin(&s.pool, &client.rbuf, &s.params, pinned, names)
                 .map(|reader| {
                     if r.replayable() {
                         s.relay_scratch.guard_read();
@@ -376,7 +377,7 @@ async fn serve_request(
                 client.id
             );
             s.pool.discard(server);
-            r.refused(&mut client.rbuf);
+            r.refused(&mut client.rbuf, &mut s.statements);
             return Served::Next;
         }
     }

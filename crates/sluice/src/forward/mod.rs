@@ -151,8 +151,9 @@ pub struct RelayScratch {
 }
 
 impl RelayScratch {
-    /// Read routing: the next relay runs a single simple Query proven a read on a standby;
-    /// a 25006 before anything reached the client ends it (`take_read_refused`).
+    /// Read routing: the next relay runs a request proven a read (a simple Query, or an
+    /// extended-protocol batch executing one statement) on a standby; a 25006 before anything
+    /// reached the client ends it (`take_read_refused`).
     pub fn guard_read(&mut self) {
         self.read_guard = true;
     }

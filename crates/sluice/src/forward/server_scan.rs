@@ -24,6 +24,10 @@ const CLOSE_COMPLETE: [u8; 5] = [backend_tag::CLOSE_COMPLETE, 0, 0, 0, 4];
 
 impl RelayCore<'_> {
     pub(super) fn scan_server(&mut self) -> Result<(), RelayEnd> {
+        if self.scratch.read_guard {
+            // Read routing (`read_guard.rs`): checked once per scan, not per reply.
+            return self.scan_guarded();
+        }
         let rewriting = self.prepared.is_some();
         loop {
             let len = self.server.rbuf.len();
@@ -47,9 +51,6 @@ impl RelayCore<'_> {
             }
             if self.s.ready >= len {
                 return Ok(());
-            }
-            if self.scratch.read_guard && !self.guard_read()? {
-                return Ok(()); // read routing: not yet known whether the standby refused
             }
             let header = match peek_header(&self.server.rbuf[self.s.ready..], self.max_packet) {
                 Ok(Some(h)) => h,
@@ -181,7 +182,7 @@ impl RelayCore<'_> {
     /// reports. True when they are all gone; false when more must be read. A failure ends the
     /// client: its request went out behind the query and must not run on a server that is not in
     /// the state the client expects (the server is closed).
-    fn skip_lead(&mut self) -> Result<bool, RelayEnd> {
+    pub(super) fn skip_lead(&mut self) -> Result<bool, RelayEnd> {
         // Nothing of this relay's server bytes was forwarded yet: the replies are at the front.
         debug_assert!(self.s.ready == 0 && self.s.remaining == 0);
         loop {
@@ -393,6 +394,11 @@ impl RelayCore<'_> {
     }
 
     fn emit_fakes(&mut self) -> bool {
+        if self.scratch.read_guard {
+            // Read routing: nothing reaches the client before the standby's first reply shows it
+            // took the read (`read_guard.rs`); then these go first, in their place.
+            return true;
+        }
         while let Some(front) = self.scratch.expect.front() {
             if front.action() != Action::Fake {
                 return true;
