@@ -10,6 +10,7 @@ use sluice_protocol::{
 
 use super::core::{client_violation, RelayCore};
 use super::expect::{Action, Expect};
+use super::protocol_state::{BatchEvent, CopyEvent};
 use super::refuse::{missing, BadName, Refusal, INVALID_SQL_STATEMENT_NAME};
 use super::RelayEnd;
 use crate::error::sqlstate;
@@ -48,7 +49,7 @@ impl RelayCore<'_> {
     /// Whether the protocol defines `tag` in the current phase: while the server is in COPY FROM
     /// STDIN only the COPY messages, Flush and Sync; otherwise every post-login message.
     fn defined_here(&self, tag: u8) -> bool {
-        if self.copy_in_open {
+        if self.copy.is_in() {
             frontend_tag::is_defined_in_copy_in(tag)
         } else {
             frontend_tag::is_defined_after_login(tag)
@@ -243,25 +244,22 @@ impl RelayCore<'_> {
         let expect = match tag {
             frontend_tag::QUERY | frontend_tag::FUNCTION_CALL => {
                 self.pending_rfq += 1;
-                self.open_copy_window(false);
+                self.copy = self.copy.next(CopyEvent::Command { extended: false }).0;
                 Expect::UntilReady
             }
-            frontend_tag::SYNC if self.copy_in_open => return, // ignored by the server in COPY IN
+            frontend_tag::SYNC if self.copy.is_in() => return, // ignored by the server in COPY IN
             frontend_tag::SYNC => {
                 self.pending_rfq += 1;
-                self.unsynced = false;
-                if !self.copy_done_in_window {
-                    self.syncs_in_copy_window += 1;
-                }
+                self.batch = self.batch.next(BatchEvent::Sync);
+                self.copy = self.copy.next(CopyEvent::Sync).0;
                 Expect::Sync
             }
             frontend_tag::COPY_DONE | frontend_tag::COPY_FAIL => {
-                self.copy_done_in_window = true;
-                self.copy_in_open = false;
+                self.copy = self.copy.next(CopyEvent::ClientEnded).0;
                 return;
             }
             frontend_tag::EXECUTE => {
-                self.open_copy_window(true);
+                self.copy = self.copy.next(CopyEvent::Command { extended: true }).0;
                 Expect::Execute
             }
             // Unnamed statements, and every statement when the pooler does not rewrite them,
@@ -280,17 +278,10 @@ impl RelayCore<'_> {
             _ => return,
         };
         if expect.is_extended() {
-            self.unsynced = true;
+            self.batch = self.batch.next(BatchEvent::Extended);
         }
         self.mark_query_start();
         self.push(expect);
-    }
-
-    /// A command that may turn out to be COPY FROM STDIN went out; `extended`: by Execute.
-    fn open_copy_window(&mut self, extended: bool) {
-        self.syncs_in_copy_window = 0;
-        self.copy_done_in_window = false;
-        self.copy_window_extended = extended;
     }
 
     /// Queue the reply a request will get. After an error the server ignores extended messages
@@ -299,9 +290,8 @@ impl RelayCore<'_> {
         if self.prepared.is_none() {
             return;
         }
-        if e == Expect::Sync {
-            self.discard_until_sync = false;
-        } else if self.discard_until_sync && e.is_extended() {
+        // (A Sync ended the skipping before its entry comes here: `BatchEvent::Sync`.)
+        if self.batch.skipping() && e.is_extended() {
             return;
         }
         self.scratch.expect.push_back(e);
@@ -355,12 +345,12 @@ impl RelayCore<'_> {
                 let stmt = prep.registry.intern(view.query, &view.param_types);
                 PoolStats::add(&self.stats.client_parse_count, 1);
                 self.client.rbuf.advance(total);
-                self.unsynced = true;
+                self.batch = self.batch.next(BatchEvent::Extended);
                 self.mark_query_start();
                 let Some(prep) = self.prepared.as_mut() else {
                     return Ok(Step::Consumed);
                 };
-                if self.discard_until_sync {
+                if self.batch.skipping() {
                     // The server would skip this Parse: the statement is not created.
                     return Ok(Step::Consumed);
                 }
@@ -391,7 +381,7 @@ impl RelayCore<'_> {
                     return Ok(self.refuse_in_batch(total, avail, bad).into());
                 }
                 self.client.rbuf.advance(total);
-                self.unsynced = true;
+                self.batch = self.batch.next(BatchEvent::Extended);
                 self.mark_query_start();
                 let Some(prep) = self.prepared.as_mut() else {
                     return Ok(Step::Consumed);
@@ -489,7 +479,7 @@ impl RelayCore<'_> {
         out.put_u8(0);
         self.client.rbuf.advance(head_len);
         self.c.remaining = total - head_len;
-        self.unsynced = true;
+        self.batch = self.batch.next(BatchEvent::Extended);
         self.mark_query_start();
         PoolStats::add(&self.stats.bind_count, 1);
         self.push(Expect::Bind);
@@ -518,7 +508,7 @@ impl RelayCore<'_> {
 
     /// Send the statement's Parse (for the client, or injected), closing what the LRU evicts.
     fn send_prepare(&mut self, stmt: &Arc<Statement>, client_name: Option<String>) {
-        if self.discard_until_sync {
+        if self.batch.skipping() {
             return;
         }
         let max = self.prepared.as_ref().map_or(1, |p| p.max_per_server);

@@ -11,6 +11,7 @@ use sluice_config::PoolMode;
 use sluice_protocol::{CancelKey, TransactionStatus};
 use tokio::time::Instant;
 
+use super::protocol_state::{is_command, Batch, Command, CommandEvent, CopyState};
 use super::{Prepared, RelayEnd, RelayScratch};
 use crate::cancel::CancelSlot;
 use crate::error::{sqlstate, ClientNotice};
@@ -163,35 +164,21 @@ pub struct RelayCore<'a> {
     timeouts: &'a RelayTimeouts,
     pub(super) c: Scan,
     pub(super) s: Scan,
-    /// The server reported an error in an extended-protocol batch: it ignores everything until Sync.
-    pub(super) discard_until_sync: bool,
     /// ReadyForQuery messages the server still owes (one per Query, Sync, FunctionCall, and one
     /// for a query sent ahead: `RelayScratch::send_ahead`).
     pub(super) pending_rfq: u32,
-    /// Extended-protocol messages sent since the last Sync.
-    pub(super) unsynced: bool,
-    /// Syncs the client sent after its last Execute/Query and before a CopyDone/CopyFail: if that
-    /// command turns out to be COPY FROM STDIN, the server ignores them (no ReadyForQuery).
-    pub(super) syncs_in_copy_window: u32,
-    pub(super) copy_done_in_window: bool,
-    /// The command that opened the window was an Execute: its batch needs a Sync the server sees.
-    pub(super) copy_window_extended: bool,
-    /// The server is in COPY IN and the client has not ended it yet: its Syncs are ignored.
-    pub(super) copy_in_open: bool,
-    /// A Query, Execute or FunctionCall went out whose replies are not all in.
-    pub(super) after_command: bool,
-    /// Since then the client sent more than CopyData, Flush, Sync, CopyDone or CopyFail.
-    pub(super) pipelined_after_command: bool,
-    /// A COPY began with such messages already on their way: which of them the server takes
-    /// inside the COPY (ignoring Syncs) and which after it (answering them) cannot be told, so
-    /// the ReadyForQuery count is not trusted and the server is never called clean again (it is
-    /// closed when the client leaves, not reused).
-    pub(super) uncertain: bool,
     /// What the requests still unanswered may have done to the transaction (transaction and
     /// statement mode): a command sent outside a transaction block may have committed; inside
     /// one, its text says (`session_state::transaction_ending_with`). Read only when the server
     /// is lost (`lost.rs`); cleared once nothing is owed.
     pub(super) outstanding: TxEnding,
+    /// The protocol's phases, each a small state machine (`protocol_state.rs`): the extended
+    /// batch (open until Sync, skipped by the server after an error), COPY FROM STDIN (the
+    /// Syncs a client sends into one are ignored), and the commands in flight (with messages
+    /// pipelined behind a COPY, the ReadyForQuery count is not trusted).
+    pub(super) batch: Batch,
+    pub(super) copy: CopyState,
+    pub(super) command: Command,
     pub(super) client_done: bool,
     /// This wake-up's clock reading, taken at its first use and forgotten when the relay waits
     /// again (`forget_clock`): query start, ReadyForQuery statistics, activity and the release
@@ -251,17 +238,11 @@ impl<'a> RelayCore<'a> {
             timeouts,
             c: Scan::default(),
             s: Scan::default(),
-            discard_until_sync: false,
             pending_rfq: u32::from(parts.scratch.lead_skip),
-            unsynced: false,
-            syncs_in_copy_window: 0,
-            copy_done_in_window: false,
-            copy_window_extended: false,
-            copy_in_open: false,
-            after_command: false,
-            pipelined_after_command: false,
-            uncertain: false,
             outstanding: TxEnding::default(),
+            batch: Batch::Synced,
+            copy: CopyState::START,
+            command: Command::Idle,
             client_done: false,
             clock: Some(now),
             query_started: None,
@@ -388,14 +369,26 @@ impl<'a> RelayCore<'a> {
     /// and no COPY FROM STDIN open: a COPY started by Execute with its Sync already sent owes no
     /// ReadyForQuery until the client ends the copy and syncs again.
     pub(super) fn quiescent(&self) -> bool {
-        self.pending_rfq == 0
-            && !self.unsynced
-            && !self.copy_in_open
-            && !self.uncertain
+        self.owes_nothing()
             && self.scratch.expect.is_empty()
-            && self.c.ready == 0
-            && self.c.remaining == 0
             && self.c.need == 0
+            && self.nothing_half_sent()
+    }
+
+    /// The protocol state owes nothing: no ReadyForQuery, no open batch, no COPY IN, and a
+    /// count that can be trusted.
+    pub(super) fn owes_nothing(&self) -> bool {
+        self.pending_rfq == 0
+            && !self.batch.open()
+            && !self.copy.is_in()
+            && self.command != Command::Uncertain
+    }
+
+    /// No byte read waits to be written, nor is a message half-way, either way (the client's
+    /// unscanned bytes aside).
+    fn nothing_half_sent(&self) -> bool {
+        self.c.ready == 0
+            && self.c.remaining == 0
             && self.scratch.c_inject.is_empty()
             && self.s.ready == 0
             && self.s.remaining == 0
@@ -405,14 +398,7 @@ impl<'a> RelayCore<'a> {
 
     /// Nothing read waits to be written and no message is half-way through: SUSPEND may stop here.
     pub fn flushed(&self) -> bool {
-        self.c.ready == 0
-            && self.c.remaining == 0
-            && self.scratch.c_inject.is_empty()
-            && self.client.rbuf.is_empty()
-            && self.s.ready == 0
-            && self.s.remaining == 0
-            && self.scratch.s_inject.is_empty()
-            && self.server.rbuf.is_empty()
+        self.nothing_half_sent() && self.client.rbuf.is_empty()
     }
 
     /// The server is idle, its ReadyForQuery seen, nothing owed or unread: it may serve another
@@ -442,9 +428,8 @@ impl<'a> RelayCore<'a> {
         *self.server.status = status;
         self.pending_rfq = self.pending_rfq.saturating_sub(1);
         self.last_activity = now;
-        if self.pending_rfq == 0 && !self.unsynced {
-            self.after_command = false;
-            self.pipelined_after_command = false;
+        if self.pending_rfq == 0 && !self.batch.open() {
+            self.command = self.command.next(CommandEvent::Answered);
             self.outstanding = TxEnding::default();
         }
         // A single-query transaction started with its query: one subtraction serves both times.
@@ -480,31 +465,21 @@ impl<'a> RelayCore<'a> {
         Ok(())
     }
 
-    /// Note a client message going to the server (unchanged or rewritten), for `uncertain`.
+    /// Note a client message going to the server (unchanged or rewritten): the commands in
+    /// flight (`Command`), and what an unanswered one may do to the transaction.
     pub(super) fn note_sent(&mut self, tag: u8) {
-        use sluice_protocol::frontend_tag as t;
-        if self.after_command
-            && !matches!(
-                tag,
-                t::COPY_DATA | t::FLUSH | t::SYNC | t::COPY_DONE | t::COPY_FAIL
-            )
-        {
-            self.pipelined_after_command = true;
-        }
-        if matches!(tag, t::QUERY | t::EXECUTE | t::FUNCTION_CALL) {
-            self.after_command = true;
-            // Outside a transaction block a command commits by itself (autocommit, or the
-            // implicit transaction of a simple Query or of a batch up to its Sync).
-            if *self.server.status == TransactionStatus::Idle {
-                self.outstanding.may_commit = true;
-            }
+        self.command = self.command.next(CommandEvent::Sent(tag));
+        // Outside a transaction block a command commits by itself (autocommit, or the implicit
+        // transaction of a simple Query or of a batch up to its Sync).
+        if is_command(tag) && *self.server.status == TransactionStatus::Idle {
+            self.outstanding.may_commit = true;
         }
     }
 
     /// The earliest timeout that applies in the current state.
     pub fn current_deadline(&self) -> Option<(Instant, Timeout)> {
         let t = self.timeouts;
-        if self.pending_rfq > 0 || self.unsynced {
+        if self.pending_rfq > 0 || self.batch.open() {
             if let (Some(q), Some(start)) = (t.query_timeout, self.query_started) {
                 return Some((start + q, Timeout::Query));
             }

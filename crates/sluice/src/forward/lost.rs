@@ -17,6 +17,7 @@ use sluice_protocol::{
 use super::after_loss::{aborted_notice, AfterLoss};
 use super::core::{RelayCore, Scan};
 use super::expect::Expect;
+use super::protocol_state::{BatchEvent, CopyEvent};
 use super::RelayEnd;
 use crate::error::ClientNotice;
 use crate::server::ServerAddr;
@@ -92,7 +93,7 @@ impl RelayCore<'_> {
         let owed = self
             .pending_rfq
             .saturating_sub(u32::from(self.scratch.lead_skip));
-        let running = owed > 0 || self.unsynced;
+        let running = owed > 0 || self.batch.open();
         let unknown = running && self.outstanding.may_commit;
         // The transaction block goes on, failed, unless a lost request may have ended it.
         let failed_tx = in_tx && !(running && self.outstanding.ends);
@@ -122,7 +123,7 @@ impl RelayCore<'_> {
             error_for_next(&mut reply);
             encode_ready_for_query(after, &mut reply);
         }
-        if self.unsynced {
+        if self.batch.open() {
             // Extended messages after the last Sync: the error now, the rest skipped to Sync.
             error_for_next(&mut reply);
             state.skip_to_sync();
@@ -131,7 +132,7 @@ impl RelayCore<'_> {
             // Nothing was running (idle in the block): the client's next statement is told.
             state.tell_next(notice.clone());
         }
-        if self.copy_in_open {
+        if self.copy.is_in() {
             state.drain_copy();
         }
         // Statements whose Parse was not answered were not created (as after an error).
@@ -161,8 +162,8 @@ impl RelayCore<'_> {
         self.server.rbuf.clear();
         self.scratch.s_inject.clear();
         self.pending_rfq = 0;
-        self.unsynced = false;
-        self.copy_in_open = false;
+        self.batch = self.batch.next(BatchEvent::Lost);
+        self.copy = self.copy.next(CopyEvent::ServerEnded).0;
         RelayEnd::ServerLost(Box::new(ServerLost {
             reply,
             notice,

@@ -25,6 +25,7 @@ mod core_tests;
 mod core_tests_lost;
 pub mod expect;
 pub mod lost;
+mod protocol_state;
 mod read_guard;
 mod refuse;
 mod server_scan;

@@ -40,7 +40,8 @@ impl RelayCore<'_> {
     fn guard_read(&mut self) -> Result<bool, RelayEnd> {
         // Only while nothing of this relay's replies was made ready to forward, one request
         // owed, and nothing sent after it.
-        if self.s.ready != 0 || self.s.remaining != 0 || self.pending_rfq != 1 || self.unsynced {
+        if self.s.ready != 0 || self.s.remaining != 0 || self.pending_rfq != 1 || self.batch.open()
+        {
             self.scratch.read_guard = false;
             return Ok(true);
         }

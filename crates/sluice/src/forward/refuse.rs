@@ -14,6 +14,7 @@ use sluice_protocol::{encode_error, frontend_tag, Severity};
 
 use super::core::{RelayCore, INSPECT_MAX};
 use super::expect::Expect;
+use super::protocol_state::BatchEvent;
 use super::RelayEnd;
 
 /// A statement name no server has: the pooler's own are `sluice_<n>`, clients' never reach it.
@@ -78,9 +79,9 @@ impl RelayCore<'_> {
             return Refusal::Wait;
         }
         self.client.rbuf.advance(total);
-        self.unsynced = true;
+        self.batch = self.batch.next(BatchEvent::Extended);
         self.mark_query_start();
-        if self.discard_until_sync {
+        if self.batch.skipping() {
             // An earlier error in the batch: the server would skip this message, and so the
             // client gets no reply for it.
             return Refusal::Consumed;

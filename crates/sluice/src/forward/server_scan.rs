@@ -10,6 +10,7 @@ use sluice_protocol::{
 use super::core::{RelayCore, INSPECT_MAX};
 use super::expect::{Action, Expect};
 use super::lost::fatal_cause;
+use super::protocol_state::{BatchEvent, CommandEvent, CopyEvent};
 use super::RelayEnd;
 use crate::error::{invalid_server_parameter, ServerError};
 
@@ -106,7 +107,7 @@ impl RelayCore<'_> {
                 }
             }
             let start = self.s.ready;
-            if self.copy_in_open
+            if self.copy.is_in()
                 && matches!(
                     tag,
                     backend_tag::COMMAND_COMPLETE | backend_tag::ERROR_RESPONSE
@@ -115,7 +116,7 @@ impl RelayCore<'_> {
                 // The COPY ended on the server's side: done, or failed (a message other than the
                 // copy's the client had pipelined before the CopyInResponse came). The client's
                 // Syncs from here on are answered again.
-                self.copy_in_open = false;
+                self.copy = self.copy.next(CopyEvent::ServerEnded).0;
             }
             match tag {
                 backend_tag::READY_FOR_QUERY => {
@@ -338,36 +339,30 @@ impl RelayCore<'_> {
                 }
             }
         }
-        self.discard_until_sync = true;
+        self.batch = self.batch.next(BatchEvent::Error);
     }
 
     /// The server entered COPY IN: Syncs the client sent since the COPY command and before ending
     /// the copy are ignored by the server, so they owe no ReadyForQuery.
     fn copy_in_started(&mut self) {
-        if self.pipelined_after_command {
-            self.uncertain = true;
-        }
-        let ignored = std::mem::take(&mut self.syncs_in_copy_window);
-        self.pending_rfq = self.pending_rfq.saturating_sub(ignored);
-        if ignored > 0 && self.copy_window_extended {
+        self.command = self.command.next(CommandEvent::CopyStarted);
+        let (copy, swallowed) = self.copy.next(CopyEvent::ServerStarted);
+        self.copy = copy;
+        self.pending_rfq = self.pending_rfq.saturating_sub(swallowed.syncs);
+        if swallowed.reopens_batch {
             // Those Syncs never reached the batch: it stays open (an implicit transaction, the
             // COPY's CommandComplete still to come) until a Sync after the copy.
-            self.unsynced = true;
+            self.batch = self.batch.next(BatchEvent::Extended);
         }
-        let mut to_remove = ignored;
-        if to_remove > 0 {
-            let mut i = 0;
-            while i < self.scratch.expect.len() && to_remove > 0 {
-                if self.scratch.expect.get(i) == Some(&Expect::Sync) {
-                    self.scratch.expect.remove(i);
-                    to_remove -= 1;
-                } else {
-                    i += 1;
-                }
+        let mut to_remove = swallowed.syncs;
+        let mut i = 0;
+        while i < self.scratch.expect.len() && to_remove > 0 {
+            if self.scratch.expect.get(i) == Some(&Expect::Sync) {
+                self.scratch.expect.remove(i);
+                to_remove -= 1;
+            } else {
+                i += 1;
             }
-        }
-        if !self.copy_done_in_window {
-            self.copy_in_open = true;
         }
     }
 
