@@ -247,7 +247,7 @@ async fn stats_loop(app: Arc<App>) {
         let now = admin::show_stats::totals_by_db(&app);
         let secs = last_at.elapsed().as_secs_f64();
         let avg = app.stats_book.close_period(&now, secs);
-        app.advisor.observe(&app, secs);
+        app.advisor.observe(&app.pools.all(), secs);
         last_at = Instant::now();
         if app.config().settings.log_stats {
             tracing::info!("{}", stats::reporter::stats_line(&avg));

@@ -226,7 +226,17 @@ fn main() -> ExitCode {
         };
         if let Some(s) = successor {
             let old = s.old_pid;
-            if let Err(e) = s.take(&app).await {
+            let serve: sluice::takeover::take::ServeAdopted =
+                |app, guard, registration, client, session| {
+                    Box::pin(sluice::dispatch::serve_adopted(
+                        app,
+                        guard,
+                        registration,
+                        client,
+                        session,
+                    ))
+                };
+            if let Err(e) = s.take(&app, serve).await {
                 tracing::error!("takeover failed: {e}; process {old} keeps serving");
                 return ExitCode::from(1);
             }

@@ -184,7 +184,7 @@ pub const ADVICE_COLUMNS: &[(&str, Col)] = &[
 /// SHOW ADVICE: the pool advisor's findings (`advice`), one row each.
 pub fn advice(app: &Arc<App>) -> ResultSet {
     let mut rs = ResultSet::new(ADVICE_COLUMNS);
-    for f in app.advisor.findings(app) {
+    for f in crate::advice::findings(app) {
         rs.push(vec![
             text(f.database),
             text(f.user),

@@ -209,6 +209,7 @@ pub fn login<'a>(
             idle_sleep: None,
             after_loss: None,
             route,
+            stays_here: false,
             _member: member,
         })))
     }

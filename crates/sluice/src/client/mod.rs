@@ -2,6 +2,7 @@
 //! file per phase. The connection type is `crate::conn`; which session a connection runs (pool
 //! or admin console) is decided in `crate::dispatch`.
 
+pub mod guard;
 pub mod kill;
 pub mod limits;
 pub mod login;

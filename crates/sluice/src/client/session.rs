@@ -33,7 +33,6 @@ use crate::server::query;
 use crate::session_state::policy::Feature;
 use crate::session_state::tracker::{SessionTracker, CLEANUP_SQL, PIN_CHECK_SQL, RESET_SQL};
 use crate::stats::PoolStats;
-use crate::takeover::give::Handoff;
 
 /// A logged-in client's place: its pool, its expected parameters, its cancel key.
 pub struct Session {
@@ -62,6 +61,9 @@ pub struct Session {
     pub after_loss: Option<Box<crate::forward::after_loss::AfterLoss>>,
     /// Read routing's state (None when the pool routes nothing: decided at login).
     pub route: Option<Box<super::route::ClientRoute>>,
+    /// The successor refused it, or it cannot move (`dispatch` hands it over): it is not
+    /// offered again.
+    pub stays_here: bool,
     /// Leaves the pool's client count on drop.
     pub(crate) _member: PoolMember,
 }
@@ -100,11 +102,13 @@ enum Idle {
 }
 
 /// How a session run ends: the client is gone, it is between transactions and should carry on
-/// on another worker (`workers::Workers::move_target`), or another process took it over.
+/// on another worker (`workers::Workers::move_target`), or it is between transactions and a
+/// successor takes the clients: hand me over (`dispatch`, through `takeover::give`; when that
+/// fails the session runs on here).
 pub enum Outcome {
     End(EndReason),
     Move(usize, Box<Session>),
-    HandedOver,
+    HandOver(Box<Session>),
 }
 
 /// How serving one request ended.
@@ -123,17 +127,12 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
     // waits below then check the switch with one load (`cancelled_armed`).
     s.entry.kill.arm().await;
     // TLS state cannot leave this process; a client the successor refused is not offered again.
-    let mut may_hand_over = !client.stream.is_tls();
+    let may_hand_over = !client.stream.is_tls() && !s.stays_here;
     loop {
         // Between transactions, linked to no server: a successor may take the client over.
-        // Boxed, as the other rare steps: its future would otherwise size every session's.
         // (Not while a lost server's failed transaction is open: that state is not handed over.)
         if may_hand_over && s.after_loss.is_none() && app.lifecycle.phase() == Phase::HandingOver {
-            match Box::pin(crate::takeover::give::hand_over(app, client, &s)).await {
-                Handoff::Taken => return Outcome::HandedOver,
-                Handoff::Refused => may_hand_over = false,
-                Handoff::Failed => {}
-            }
+            return Outcome::HandOver(s);
         }
         // Between transactions (no server linked, nothing half-read): the one place a client may
         // change worker. Not while SUSPEND or a shutdown phase holds: those count on clients

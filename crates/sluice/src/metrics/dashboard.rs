@@ -73,7 +73,7 @@ pub fn json(app: &Arc<App>) -> String {
             list(query.cumulative.iter().copied()),
         ));
     }
-    let advice = crate::advice::to_json(&app.advisor.findings(app));
+    let advice = crate::advice::to_json(&crate::advice::findings(app));
     let servers: usize = live.iter().map(|p| p.servers_book.all().len()).sum();
     let pg = postgres_servers(app, &live);
     let hosts = hosts(app);

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::exporter_families::{self as f, Column};
-use super::render::Out;
+use super::out::Out;
 use crate::admin::result::ResultSet;
 use crate::admin::{show_conns, show_misc, show_pools, show_stats};
 use crate::app::App;

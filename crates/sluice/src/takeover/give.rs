@@ -4,7 +4,7 @@
 //! accepts and serves again if the successor goes away before it has exited.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -13,26 +13,14 @@ use sluice_protocol::CancelKey;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::codec::{ClientState, Msg, VERSION};
+use super::codec::{Msg, VERSION};
+pub use super::handle::Outgoing;
 use super::link::{self, LinkError, LinkReader, LinkWriter};
 use super::{Takeover, ANSWER_TIMEOUT, TAKE_TIMEOUT};
 use crate::app::App;
 use crate::client::session::Session;
 use crate::conn::ClientConn;
 use crate::net::Stream;
-
-/// What the link's writer sends.
-pub enum Outgoing {
-    /// A client, its socket, and where the successor's answer goes.
-    Client {
-        state: Box<ClientState>,
-        fd: OwnedFd,
-        ack: oneshot::Sender<Result<(), String>>,
-    },
-    CancelDone {
-        seq: u64,
-    },
-}
 
 /// How a hand-over attempt ended for the session that asked.
 pub enum Handoff {

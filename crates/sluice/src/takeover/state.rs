@@ -10,10 +10,10 @@ use sluice_protocol::CancelKey;
 
 use super::codec::{ClientState, StatementState};
 use crate::app::App;
+use crate::client::guard::ClientGuard;
 use crate::client::registry::Registration;
 use crate::client::session::{PoolMember, Session};
 use crate::conn::ClientConn;
-use crate::dispatch::ClientGuard;
 use crate::forward::RelayScratch;
 use crate::net::{PeerAddr, Stream};
 use crate::prepared::ClientStatements;
@@ -171,6 +171,7 @@ pub fn adopt(app: &Arc<App>, st: ClientState, socket: OwnedFd) -> Result<Adopted
     let _ = entry.identity.set((st.database.clone(), st.user.clone()));
     let route = crate::client::route::ClientRoute::for_pool(&pool, entry.id.0);
     let session = Box::new(Session {
+        stays_here: false,
         _member: PoolMember {
             pool: pool.clone(),
             _admitted: admitted,
