@@ -441,7 +441,6 @@ fn graph_of(krate: &str) -> BTreeMap<String, BTreeSet<String>> {
 /// around `App`, 6 around pool/server/hosts, forward/after_loss <-> lost, 4 files of
 /// sluice-config, 6 of sluice-protocol's auth/.
 const KNOWN: &[&str] = &[
-    "sluice: dispatch.rs lib.rs listener.rs takeover/give.rs takeover/listeners.rs",
     "sluice: hosts/checker.rs hosts/health.rs hosts/mod.rs server/mod.rs",
     "sluice: forward/after_loss.rs forward/lost.rs",
     "sluice: client/lost.rs client/session.rs",

@@ -45,7 +45,7 @@ pub struct App {
     pub pools: PoolRegistry,
     pub cancels: Arc<CancelRegistry>,
     /// Cancels forwarded to the other processes of a peer group (`peers.rs`).
-    pub peer_pools: crate::peers::PeerPools,
+    pub peer_pools: crate::cancel::peers::PeerPools,
     /// Live clients (SHOW CLIENTS, KILL_CLIENT).
     pub registry: Arc<ClientRegistry>,
     /// Logged-in clients per database and per login user (max_*_client_connections).

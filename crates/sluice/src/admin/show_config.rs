@@ -1,18 +1,12 @@
-//! SHOW HELP, CONFIG, MEM, VERSION, DNS_HOSTS and DNS_ZONES.
+//! What the console is and how it is set: SHOW HELP, VERSION and CONFIG.
 
-use std::mem::size_of;
 use std::sync::Arc;
 
 use sluice_config::{SettingDef, PGBOUNCER_SETTINGS, SLUICE_SETTINGS};
 
-use super::result::{num, text, yes_no, Col, ResultSet};
+use super::result::{text, yes_no, Col, ResultSet};
 use super::PGBOUNCER_COMPAT;
 use crate::app::App;
-use crate::client::registry::ClientEntry;
-use crate::conn::ClientConn;
-use crate::pool::servers::ServerRecord;
-use crate::pool::Pool;
-use crate::server::ServerConn;
 
 pub const HELP: &str = "Console usage
 \tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION
@@ -90,107 +84,6 @@ pub fn config(app: &Arc<App>) -> ResultSet {
             text(cfg.sluice.get(d.name).unwrap_or_default()),
             text(d.default),
             yes_no(d.reloadable),
-        ]);
-    }
-    rs
-}
-
-pub const MEM_COLUMNS: &[(&str, Col)] = &[
-    ("name", Col::Text),
-    ("size", Col::Int4),
-    ("used", Col::Int4),
-    ("free", Col::Int4),
-    ("memtotal", Col::Int4),
-];
-
-/// Sluice has no slab allocator: objects are allocated per connection and freed with it. Each row is
-/// one of its own structures: `size` is the bytes of one object (`size_of`, buffers excluded), `used`
-/// how many live now, `free` always 0 (no free lists), `memtotal` = size × used.
-pub fn mem(app: &Arc<App>) -> ResultSet {
-    let cfg = app.config();
-    let pools = app.pools.all();
-    let servers: usize = pools.iter().map(|p| p.servers_book.all().len()).sum();
-    let rows = [
-        (
-            "user_cache",
-            size_of::<sluice_config::UserEntry>(),
-            cfg.users.len(),
-        ),
-        (
-            "db_cache",
-            size_of::<sluice_config::DatabaseEntry>(),
-            cfg.databases.len(),
-        ),
-        ("pool_cache", size_of::<Pool>(), pools.len()),
-        (
-            "server_cache",
-            size_of::<ServerConn>() + size_of::<ServerRecord>(),
-            servers,
-        ),
-        (
-            "client_cache",
-            size_of::<ClientConn>() + size_of::<ClientEntry>(),
-            app.registry.all().len(),
-        ),
-    ];
-    let mut rs = ResultSet::new(MEM_COLUMNS);
-    for (name, size, used) in rows {
-        rs.push(vec![
-            text(name),
-            num(size),
-            num(used),
-            num(0),
-            num(size * used),
-        ]);
-    }
-    rs
-}
-
-pub const DNS_HOSTS_COLUMNS: &[(&str, Col)] = &[
-    ("hostname", Col::Text),
-    ("ttl", Col::Int8),
-    ("addrs", Col::Text),
-];
-
-pub const DNS_ZONES_COLUMNS: &[(&str, Col)] = &[
-    ("zonename", Col::Text),
-    ("serial", Col::Int8),
-    ("count", Col::Int4),
-];
-
-/// The server host names the connector keeps resolved (`net/dns.rs`), as PgBouncer lists its
-/// cache: name, whole seconds until the next lookup, the addresses (`ip:0`, comma-separated).
-pub fn dns_hosts(app: &Arc<App>) -> ResultSet {
-    let mut rs = ResultSet::new(DNS_HOSTS_COLUMNS);
-    for h in app.pools.dns().map(|d| d.hosts()).unwrap_or_default() {
-        rs.push(vec![text(h.hostname), num(h.ttl), text(h.addrs)]);
-    }
-    rs
-}
-
-/// No DNS zones are watched (dns_zone_check_period is not implemented): always empty.
-pub fn dns_zones() -> ResultSet {
-    ResultSet::new(DNS_ZONES_COLUMNS)
-}
-
-pub const ADVICE_COLUMNS: &[(&str, Col)] = &[
-    ("database", Col::Text),
-    ("user", Col::Text),
-    ("rule", Col::Text),
-    ("evidence", Col::Text),
-    ("change", Col::Text),
-];
-
-/// SHOW ADVICE: the pool advisor's findings (`advice`), one row each.
-pub fn advice(app: &Arc<App>) -> ResultSet {
-    let mut rs = ResultSet::new(ADVICE_COLUMNS);
-    for f in crate::advice::findings(app) {
-        rs.push(vec![
-            text(f.database),
-            text(f.user),
-            text(f.rule),
-            text(f.evidence),
-            text(f.change),
         ]);
     }
     rs

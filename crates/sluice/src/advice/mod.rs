@@ -148,7 +148,7 @@ fn backend_cost(
 
 /// The findings as a JSON array (the `/advice` endpoint).
 pub fn to_json(findings: &[Finding]) -> String {
-    use crate::json::escape as esc;
+    use crate::metrics::json::escape as esc;
     let items: Vec<String> = findings
         .iter()
         .map(|f| {

@@ -11,9 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::app::App;
 use crate::cancel;
+use crate::cancel::peers;
 use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
 use crate::error::{sqlstate, ClientNotice};
-use crate::peers;
 use crate::server::params::ParamMap;
 use crate::server::ServerAddr;
 

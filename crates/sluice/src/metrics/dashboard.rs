@@ -13,7 +13,7 @@ use crate::stats::histogram::BOUNDS_US;
 /// The page.
 pub const PAGE: &str = include_str!("dashboard.html");
 
-use crate::json::escape as esc;
+use crate::metrics::json::escape as esc;
 
 fn list(v: impl IntoIterator<Item = u64>) -> String {
     let items: Vec<String> = v.into_iter().map(|n| n.to_string()).collect();

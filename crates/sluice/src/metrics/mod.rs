@@ -11,6 +11,7 @@ mod exporter;
 mod exporter_families;
 mod hosts;
 mod http;
+pub mod json;
 mod out;
 pub mod process;
 pub mod render;

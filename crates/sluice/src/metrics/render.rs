@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
-use crate::admin::show_misc::version_string;
+use crate::admin::show_config::version_string;
 use crate::admin::show_pools::{database_rows, list_items, pool_rows};
 use crate::admin::show_stats::totals_by_db;
 use crate::app::App;

@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime};
 
 use parking_lot::Mutex;
 
-use crate::stamp::Stamp;
+use crate::stats::stamp::Stamp;
 
 /// Where a server is, in PgBouncer's words (SHOW SERVERS `state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

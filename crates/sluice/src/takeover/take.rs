@@ -21,7 +21,7 @@ use crate::client::guard::ClientGuard;
 use crate::client::registry::Registration;
 use crate::client::session::Session;
 use crate::conn::ClientConn;
-use crate::listener::Listeners;
+use crate::net::listen::Listeners;
 
 /// Connected to the running process, holding its offer, not yet taken over.
 pub struct Successor {
