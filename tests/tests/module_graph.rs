@@ -443,7 +443,6 @@ fn graph_of(krate: &str) -> BTreeMap<String, BTreeSet<String>> {
 const KNOWN: &[&str] = &[
     "sluice: hosts/checker.rs hosts/health.rs hosts/mod.rs server/mod.rs",
     "sluice: forward/after_loss.rs forward/lost.rs",
-    "sluice: client/lost.rs client/session.rs",
 ];
 
 #[test]

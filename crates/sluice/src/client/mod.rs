@@ -6,7 +6,6 @@ pub mod guard;
 pub mod kill;
 pub mod limits;
 pub mod login;
-mod lost;
 pub mod registry;
 pub mod replication;
 pub mod route;

@@ -2,6 +2,8 @@
 //! and relaying until the pool mode says the server goes back (transaction/statement) or the client
 //! leaves (session). Every way out decides whether the server is clean enough to reuse.
 
+mod lost;
+
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -57,7 +59,7 @@ pub struct Session {
     /// (inline in the wait, it sized every client's session state whether the timeout was set or not).
     pub idle_sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// The server this client was using was lost and its failed transaction, batch or COPY is
-    /// not over: its requests are answered without a server (`client/lost.rs`). Boxed: rare.
+    /// not over: its requests are answered without a server (`lost.rs`). Boxed: rare.
     pub after_loss: Option<Box<crate::forward::after_loss::AfterLoss>>,
     /// Read routing's state (None when the pool routes nothing: decided at login).
     pub route: Option<Box<super::route::ClientRoute>>,
@@ -208,9 +210,9 @@ async fn serve_request(
     s.pool.refresh_settings(snapshot);
     if s.after_loss.is_some() {
         // Its server was lost: answered without one until the failed transaction is over.
-        match Box::pin(super::lost::answer(app, client, s, snapshot)).await {
-            Ok(super::lost::Answered::Done) => return Served::Next,
-            Ok(super::lost::Answered::HandOff) => {}
+        match Box::pin(lost::answer(app, client, s, snapshot)).await {
+            Ok(lost::Answered::Done) => return Served::Next,
+            Ok(lost::Answered::HandOff) => {}
             Err(reason) => return Served::End(reason),
         }
     }
@@ -352,7 +354,7 @@ async fn serve_request(
             let id = server.id;
             s.pool.discard(server);
             sync_pin_count(s);
-            let told = Box::pin(super::lost::server_lost(client, s, id, lost)).await;
+            let told = Box::pin(lost::server_lost(client, s, id, lost)).await;
             sync_pin_count(s);
             return match told {
                 Ok(()) => Served::Next,
