@@ -3,6 +3,7 @@
 //! or admin console) is decided in `crate::dispatch`.
 
 pub mod guard;
+pub mod join;
 pub mod kill;
 pub mod limits;
 pub mod login;
