@@ -9,6 +9,11 @@
 //! part using its whole's face, `super::X` for what `mod.rs` defines: the two are written as one);
 //! a face naming its parts (a re-export, a call) is an edge. A `#[cfg(test)] mod tests { .. }`
 //! written inline belongs to its file.
+//!
+//! And the pooler's layers, as docs/architecture.md's "Module graph" table gives them: every file
+//! of crates/sluice/src in one layer (the most specific path naming it: a file, else its folder),
+//! and no file importing a file of a higher layer (test files aside: a test may drive what sits
+//! above the code it tests).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -477,6 +482,67 @@ fn no_crate_has_an_import_circle() {
         "files newly in an import circle: {new:?}; the circles:\n{}",
         report.join("\n")
     );
+}
+
+/// The layers of the "Module graph" table: (layer, path) for each path its rows name.
+fn layers(doc: &str) -> Vec<(u32, String)> {
+    let section = doc
+        .split("\n## ")
+        .find(|s| s.starts_with("Module graph"))
+        .expect("docs/architecture.md has a section \"## Module graph\"");
+    let mut out = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with("| ")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let Ok(n) = cells[0].trim_start_matches("| ").trim().parse::<u32>() else {
+            continue;
+        };
+        let paths = cells.last().unwrap();
+        for word in paths.split('`').skip(1).step_by(2) {
+            out.push((n, word.to_string()));
+        }
+    }
+    out
+}
+
+fn is_test_file(f: &str) -> bool {
+    f.ends_with("tests.rs") || f.contains("tests/") || f.ends_with("/sim.rs")
+}
+
+#[test]
+fn the_pooler_keeps_the_layers_the_architecture_doc_shows() {
+    let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let layers = layers(&doc);
+    assert!(layers.len() > 10, "{layers:?}");
+    let layer_of = |f: &str| {
+        layers
+            .iter()
+            .filter(|(_, p)| f == p || (p.ends_with('/') && f.starts_with(p.as_str())))
+            .max_by_key(|(_, p)| p.len())
+            .map(|(n, _)| *n)
+    };
+    let graph = graph_of("sluice");
+    let mut problems = Vec::new();
+    for (a, targets) in &graph {
+        let Some(la) = layer_of(a) else {
+            problems.push(format!("{a} is in no layer"));
+            continue;
+        };
+        if is_test_file(a) {
+            continue;
+        }
+        for b in targets {
+            if let Some(lb) = layer_of(b).filter(|lb| *lb > la) {
+                problems.push(format!("{a} (layer {la}) imports {b} (layer {lb})"));
+            }
+        }
+    }
+    for (_, p) in &layers {
+        assert!(
+            graph.keys().any(|f| f == p || f.starts_with(p.as_str())),
+            "the layer table names {p}, which is no file or folder of crates/sluice/src"
+        );
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]

@@ -143,8 +143,9 @@ async fn conclude(app: Arc<App>, mut carried: Carried, outcome: session::Outcome
     }
 }
 
-/// The session of a client that stays on this worker after a hand-over that did not happen: it
-/// goes on where it stopped. Boxed, as `resume`: the session may end in a hand-over again.
+/// The session goes on on this worker where it stopped (between transactions): after a hand-over
+/// that did not happen, or once a moved client's socket is here (`resume`). Boxed: the session
+/// may move or be handed over again from inside it.
 fn go_on(
     app: Arc<App>,
     mut carried: Carried,
@@ -176,11 +177,7 @@ fn resume(
             );
             return;
         }
-        let outcome = {
-            let _seat = WorkerSeat::take(&app);
-            Box::pin(session::run(&app, &mut carried.client, s)).await
-        };
-        Box::pin(conclude(app, carried, outcome)).await;
+        go_on(app, carried, s).await;
     })
 }
 
