@@ -8,6 +8,8 @@ mod connstr;
 mod database;
 mod diff;
 mod endpoint;
+#[cfg(test)]
+mod endpoint_tests;
 mod error;
 mod hba;
 mod hba_lex;

@@ -197,7 +197,7 @@ fn assemble(items: Vec<IniItem>, path: PathBuf) -> Result<Config, ConfigError> {
             ),
         ));
     }
-    crate::endpoint::check(&cfg)?;
+    crate::endpoint::check(&cfg.sluice, |k, r| cfg.sluice_key_error(k, r))?;
     cfg.unsupported = unsupported(&cfg.settings, set_at);
     Ok(cfg)
 }

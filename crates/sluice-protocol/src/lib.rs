@@ -12,6 +12,7 @@ pub mod header;
 mod reader;
 pub mod startup;
 
+pub use auth::constant_time::constant_time_eq;
 pub use auth::md5::{md5_response_from_password, md5_response_from_secret, md5_secret, md5_verify};
 pub use auth::scram::channel_binding::{
     tls_server_end_point, ClientBinding, EndPointHash, Gs2Flag, SCRAM_SHA_256_PLUS,
@@ -20,7 +21,7 @@ pub use auth::scram::channel_binding::{
 pub use auth::scram::{
     ScramClient, ScramCredential, ScramKeys, ScramSecret, ScramServer, ServerSalt, SCRAM_SHA_256,
 };
-pub use auth::secret::{constant_time_eq, StoredSecret};
+pub use auth::secret::StoredSecret;
 pub use backend::{
     backend_tag, decode_authentication, decode_backend_key_data, decode_command_complete,
     decode_data_row, decode_error_fields, decode_negotiate_protocol_version,

@@ -34,7 +34,7 @@ pub struct App {
     /// TLS configs of both sides, rebuilt on RELOAD (a broken certificate keeps the old ones).
     pub tls: ArcSwap<TlsSetup>,
     /// TLS and basic auth of the HTTP endpoint, rebuilt on RELOAD like `tls`.
-    pub metrics_access: ArcSwap<crate::metrics::Access>,
+    pub metrics_access: ArcSwap<crate::metrics::access::Access>,
     pub credentials: Credentials,
     /// auth_type = hba rules (auth_hba_file + auth_ident_file).
     pub hba: HbaState,
@@ -48,7 +48,7 @@ pub struct App {
     pub pools: PoolRegistry,
     pub cancels: Arc<CancelRegistry>,
     /// Cancels forwarded to the other processes of a peer group (`peers.rs`).
-    pub peer_pools: crate::peers::PeerPools,
+    pub peer_pools: crate::cancel::peers::PeerPools,
     /// Live clients (SHOW CLIENTS, KILL_CLIENT).
     pub registry: Arc<ClientRegistry>,
     /// Logged-in clients per database and per login user (max_*_client_connections).
@@ -61,7 +61,7 @@ pub struct App {
     /// Averages of the last stats_period (SHOW STATS avg_*, the stats log line).
     pub stats_book: StatsBook,
     /// The pool advisor's windows (SHOW ADVICE, /advice).
-    pub advisor: crate::advice::Advisor,
+    pub advisor: crate::advice::history::Advisor,
     /// The admin console's own figures (its row in SHOW STATS / SHOW POOLS).
     pub admin_stats: PoolStats,
     /// Logged-in admin console clients.
@@ -84,7 +84,7 @@ pub struct App {
     /// The logfile to reopen and the service manager to notify, set by `main` (none in tests).
     pub hooks: std::sync::OnceLock<crate::process::ProcessHooks>,
     /// Binary upgrades: this process's side of a takeover, either way.
-    pub takeover: crate::takeover::Takeover,
+    pub takeover: crate::takeover::handle::Takeover,
 }
 
 impl App {
@@ -99,7 +99,7 @@ impl App {
         hba.load(&config.settings)?;
         let tls = TlsSetup::load(&config.settings)
             .map_err(|e| e.into_config_error(&config_path.display().to_string()))?;
-        let metrics_access = crate::metrics::Access::load(&config)?;
+        let metrics_access = crate::metrics::access::Access::load(&config)?;
         let mut mock_key = [0u8; 32];
         rand::thread_rng().fill_bytes(&mut mock_key);
         let stat_shards = worker_count(config.sluice.workers);
@@ -286,7 +286,7 @@ impl App {
             false => None,
         };
         let metrics_access = match effects.metrics_access {
-            true => Some(crate::metrics::Access::load(&new)?),
+            true => Some(crate::metrics::access::Access::load(&new)?),
             false => None,
         };
         // Last of the fallible steps: it replaces the secrets in place.

@@ -3,34 +3,17 @@
 //! that knows both. It also counts the client while it lives, carries its session between
 //! workers, and owns the disconnect logging.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
 
 use crate::app::App;
+use crate::client::guard::ClientGuard;
 use crate::client::{kill, login, registry, session, startup};
 use crate::conn::{ClientConn, EndReason};
 use crate::error::ClientNotice;
 use crate::net::{PeerAddr, Stream};
-
-/// Counts a connected client while it lives.
-pub struct ClientGuard {
-    app: Arc<App>,
-}
-
-impl ClientGuard {
-    pub fn new(app: &Arc<App>) -> (Self, usize) {
-        let n = app.client_count.fetch_add(1, Ordering::AcqRel) + 1;
-        (ClientGuard { app: app.clone() }, n)
-    }
-}
-
-impl Drop for ClientGuard {
-    fn drop(&mut self) {
-        self.app.client_count.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+use crate::takeover::give::{self, Handoff};
 
 /// Counts a pool client on the worker running its session (`Workers::enter`), while it runs there.
 struct WorkerSeat<'a> {
@@ -130,15 +113,27 @@ async fn conclude(app: Arc<App>, mut carried: Carried, outcome: session::Outcome
             let age = carried.registration.entry.connected_at().elapsed();
             end(&app, &mut carried.client, reason, age).await
         }
-        // The successor serves it now: not a byte more from here, and no shutdown (the socket
-        // is shared with the other process); dropping only closes this process's descriptor.
-        session::Outcome::HandedOver => {
-            if app.config().settings.log_disconnections {
-                tracing::info!(
-                    "C-{}: {} handed over to the new process",
-                    carried.client.id,
-                    carried.client.label()
-                );
+        // Between transactions while a successor takes the clients. Boxed, as the other rare
+        // steps: its future would otherwise size every client's task.
+        session::Outcome::HandOver(mut s) => {
+            match Box::pin(give::hand_over(&app, &carried.client, &s)).await {
+                // The successor serves it now: not a byte more from here, and no shutdown (the
+                // socket is shared with the other process); dropping only closes this process's
+                // descriptor.
+                Handoff::Taken => {
+                    if app.config().settings.log_disconnections {
+                        tracing::info!(
+                            "C-{}: {} handed over to the new process",
+                            carried.client.id,
+                            carried.client.label()
+                        );
+                    }
+                }
+                Handoff::Refused => {
+                    s.stays_here = true;
+                    go_on(app, carried, s).await
+                }
+                Handoff::Failed => go_on(app, carried, s).await,
             }
         }
         session::Outcome::Move(to, s) => {
@@ -146,6 +141,23 @@ async fn conclude(app: Arc<App>, mut carried: Carried, outcome: session::Outcome
             workers.spawn_on(to, resume(app.clone(), carried, s));
         }
     }
+}
+
+/// The session goes on on this worker where it stopped (between transactions): after a hand-over
+/// that did not happen, or once a moved client's socket is here (`resume`). Boxed: the session
+/// may move or be handed over again from inside it.
+fn go_on(
+    app: Arc<App>,
+    mut carried: Carried,
+    s: Box<session::Session>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let outcome = {
+            let _seat = WorkerSeat::take(&app);
+            Box::pin(session::run(&app, &mut carried.client, s)).await
+        };
+        Box::pin(conclude(app, carried, outcome)).await;
+    })
 }
 
 /// The session of a client that moved here from another worker: its socket is registered with this
@@ -165,11 +177,7 @@ fn resume(
             );
             return;
         }
-        let outcome = {
-            let _seat = WorkerSeat::take(&app);
-            Box::pin(session::run(&app, &mut carried.client, s)).await
-        };
-        Box::pin(conclude(app, carried, outcome)).await;
+        go_on(app, carried, s).await;
     })
 }
 

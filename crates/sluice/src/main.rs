@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if cli.version {
         // The same line as the console's SHOW VERSION.
-        println!("{}", sluice::admin::show_misc::version_string());
+        println!("{}", sluice::admin::show_config::version_string());
         return ExitCode::SUCCESS;
     }
     let Some(path) = cli.config.clone() else {
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
         }
     }
     let verbose = s.verbose.max(cli.verbose.into());
-    let logfile = match sluice::logging::init(
+    let logfile = match sluice::process::logging::init(
         s.logfile.as_deref(),
         cli.quiet || cli.daemon,
         verbose,
@@ -178,7 +178,7 @@ fn main() -> ExitCode {
                 }
             }
         } else {
-            let listeners = match sluice::listener::bind(&config, workers) {
+            let listeners = match sluice::net::listen::bind(&config, workers) {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::error!("{e}");
@@ -226,7 +226,17 @@ fn main() -> ExitCode {
         };
         if let Some(s) = successor {
             let old = s.old_pid;
-            if let Err(e) = s.take(&app).await {
+            let serve: sluice::takeover::take::ServeAdopted =
+                |app, guard, registration, client, session| {
+                    Box::pin(sluice::dispatch::serve_adopted(
+                        app,
+                        guard,
+                        registration,
+                        client,
+                        session,
+                    ))
+                };
+            if let Err(e) = s.take(&app, serve).await {
                 tracing::error!("takeover failed: {e}; process {old} keeps serving");
                 return ExitCode::from(1);
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sluice_config::{Config, DatabaseEntry, ServerCheckQuery};
 use sluice_protocol::StoredSecret;
 
-use crate::net::socket::TcpTuning;
+use crate::net::socket::tcp_tuning;
 use crate::pool::rules::{PoolLimits, ServerTimeouts};
 use crate::pool::{PoolSettings, RelayTimeouts, SessionKnobs};
 use crate::server::connect::ConnectOptions;
@@ -85,19 +85,6 @@ pub fn user_client_limit(cfg: &Config, user: &str) -> u32 {
 /// Whole seconds from [users]/[databases] overrides; 0 means "no limit" like the global keys.
 fn secs(v: u32) -> Option<Duration> {
     (v > 0).then(|| Duration::from_secs(v.into()))
-}
-
-/// TCP tuning from [pgbouncer].
-pub fn tcp_tuning(cfg: &Config) -> TcpTuning {
-    let s = &cfg.settings;
-    TcpTuning {
-        keepalive: s.tcp_keepalive,
-        keepidle: s.tcp_keepidle,
-        keepintvl: s.tcp_keepintvl,
-        keepcnt: s.tcp_keepcnt,
-        user_timeout_ms: s.tcp_user_timeout,
-        socket_buffer: s.tcp_socket_buffer,
-    }
 }
 
 /// The server login for a pool: address and database from the entry, the forced user (with its

@@ -2,7 +2,7 @@
 
 use ::md5::{Digest, Md5};
 
-use super::secret::constant_time_eq;
+use super::constant_time::constant_time_eq;
 
 const PREFIX: &str = "md5";
 /// Length of a stored md5 secret: "md5" + 32 lowercase hex digits.

@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use subtle::ConstantTimeEq;
-
 use super::md5::is_md5_secret;
 use super::scram::ScramSecret;
 
@@ -48,11 +46,6 @@ impl fmt::Debug for StoredSecret {
     }
 }
 
-/// Constant-time string/bytes equality helper. Only the lengths may leak through timing.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && bool::from(a.ct_eq(b))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,13 +84,5 @@ mod tests {
             assert!(d.contains("<redacted>"), "{d}");
             assert!(!d.contains("hunter2") && !d.contains("4d4597") && !d.contains("sXoR"));
         }
-    }
-
-    #[test]
-    fn ct_eq() {
-        assert!(constant_time_eq(b"", b""));
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
     }
 }

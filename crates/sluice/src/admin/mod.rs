@@ -5,9 +5,12 @@ pub mod control;
 pub mod parse;
 pub mod result;
 pub mod session;
+pub mod show_advice;
+pub mod show_config;
 pub mod show_conns;
+pub mod show_dns;
 pub mod show_hosts;
-pub mod show_misc;
+pub mod show_mem;
 pub mod show_pools;
 pub mod show_stats;
 pub mod show_workers;
@@ -109,7 +112,7 @@ pub async fn execute(
                 return Ok(());
             }
             if what == "help" {
-                encode_notice(Severity::Notice, "00000", show_misc::HELP, out);
+                encode_notice(Severity::Notice, "00000", show_config::HELP, out);
                 encode_command_complete("SHOW", out);
                 return Ok(());
             }
@@ -162,15 +165,15 @@ pub fn show(app: &Arc<App>, what: &str) -> Result<ResultSet, AdminError> {
         "sockets" => show_conns::sockets(app, false),
         "active_sockets" => show_conns::sockets(app, true),
         "fds" => show_conns::fds(app),
-        "mem" => show_misc::mem(app),
-        "config" => show_misc::config(app),
-        "dns_hosts" => show_misc::dns_hosts(app),
+        "mem" => show_mem::mem(app),
+        "config" => show_config::config(app),
+        "dns_hosts" => show_dns::dns_hosts(app),
         "hosts" => show_hosts::hosts(app),
-        "dns_zones" => show_misc::dns_zones(),
-        "version" => show_misc::version(),
+        "dns_zones" => show_dns::dns_zones(),
+        "version" => show_config::version(),
         "workers" => show_workers::workers(app),
         "cross_worker" => show_workers::cross_worker(app),
-        "advice" => show_misc::advice(app),
+        "advice" => show_advice::advice(app),
         other => return Err(AdminError::new(format!("bad SHOW arg: {other}"))),
     })
 }

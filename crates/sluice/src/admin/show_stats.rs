@@ -58,33 +58,129 @@ fn avg_values(a: &Averages) -> [Value; 12] {
 
 const N: Col = Col::Numeric;
 
-pub const STATS_COLUMNS: &[(&str, Col)] = &[
-    ("database", Col::Text),
-    ("total_server_assignment_count", N),
-    ("total_xact_count", N),
-    ("total_query_count", N),
-    ("total_received", N),
-    ("total_sent", N),
-    ("total_xact_time", N),
-    ("total_query_time", N),
-    ("total_wait_time", N),
-    ("total_client_parse_count", N),
-    ("total_server_parse_count", N),
-    ("total_bind_count", N),
-    ("total_client_login_count", N),
-    ("avg_server_assignment_count", N),
-    ("avg_xact_count", N),
-    ("avg_query_count", N),
-    ("avg_recv", N),
-    ("avg_sent", N),
-    ("avg_xact_time", N),
-    ("avg_query_time", N),
-    ("avg_wait_time", N),
-    ("avg_client_parse_count", N),
-    ("avg_server_parse_count", N),
-    ("avg_bind_count", N),
-    ("avg_client_login_count", N),
+/// The twelve figures of SHOW STATS, STATS_TOTALS, STATS_AVERAGES and TOTALS in their order,
+/// each as every view names it: PgBouncer's names are not regular (`total_received` and `avg_recv`
+/// in STATS, `bytes_received` in the other two, `client_bytes` in TOTALS; the prepared-statement
+/// counts keep an `avg_` prefix in STATS_AVERAGES). One row a figure, so the views cannot drift.
+const FIGURES: [Figure; 12] = [
+    figure(
+        "total_server_assignment_count",
+        "avg_server_assignment_count",
+        "server_assignment_count",
+        "server_assignment_count",
+        "server_assignment_count",
+    ),
+    figure(
+        "total_xact_count",
+        "avg_xact_count",
+        "xact_count",
+        "xact_count",
+        "xact_count",
+    ),
+    figure(
+        "total_query_count",
+        "avg_query_count",
+        "query_count",
+        "query_count",
+        "query_count",
+    ),
+    figure(
+        "total_received",
+        "avg_recv",
+        "bytes_received",
+        "bytes_received",
+        "client_bytes",
+    ),
+    figure(
+        "total_sent",
+        "avg_sent",
+        "bytes_sent",
+        "bytes_sent",
+        "server_bytes",
+    ),
+    figure(
+        "total_xact_time",
+        "avg_xact_time",
+        "xact_time",
+        "xact_time",
+        "xact_time",
+    ),
+    figure(
+        "total_query_time",
+        "avg_query_time",
+        "query_time",
+        "query_time",
+        "query_time",
+    ),
+    figure(
+        "total_wait_time",
+        "avg_wait_time",
+        "wait_time",
+        "wait_time",
+        "wait_time",
+    ),
+    figure(
+        "total_client_parse_count",
+        "avg_client_parse_count",
+        "client_parse_count",
+        "avg_client_parse_count",
+        "ps_client_parse_count",
+    ),
+    figure(
+        "total_server_parse_count",
+        "avg_server_parse_count",
+        "server_parse_count",
+        "avg_server_parse_count",
+        "ps_server_parse_count",
+    ),
+    figure(
+        "total_bind_count",
+        "avg_bind_count",
+        "bind_count",
+        "avg_bind_count",
+        "ps_bind_count",
+    ),
+    figure(
+        "total_client_login_count",
+        "avg_client_login_count",
+        "client_login_count",
+        "avg_client_login_count",
+        "client_login_count",
+    ),
 ];
+
+/// One figure's column names: SHOW STATS (totals, then averages), STATS_TOTALS, STATS_AVERAGES,
+/// and TOTALS (after its `total_` / `avg_` prefix).
+struct Figure([&'static str; 5]);
+
+const fn figure(
+    stats_total: &'static str,
+    stats_avg: &'static str,
+    totals: &'static str,
+    averages: &'static str,
+    totals_name: &'static str,
+) -> Figure {
+    Figure([stats_total, stats_avg, totals, averages, totals_name])
+}
+
+/// `database`, then the figures as the views `views` (indexes into `Figure`) name them.
+const fn columns<const M: usize>(views: &[usize]) -> [(&'static str, Col); M] {
+    let mut out = [("database", Col::Text); M];
+    let mut k = 1;
+    let mut v = 0;
+    while v < views.len() {
+        let mut i = 0;
+        while i < FIGURES.len() {
+            out[k] = (FIGURES[i].0[views[v]], N);
+            k += 1;
+            i += 1;
+        }
+        v += 1;
+    }
+    out
+}
+
+pub const STATS_COLUMNS: &[(&str, Col)] = &columns::<25>(&[0, 1]);
 
 pub fn stats(app: &Arc<App>) -> ResultSet {
     let mut rs = ResultSet::new(STATS_COLUMNS);
@@ -97,21 +193,7 @@ pub fn stats(app: &Arc<App>) -> ResultSet {
     rs
 }
 
-pub const STATS_TOTALS_COLUMNS: &[(&str, Col)] = &[
-    ("database", Col::Text),
-    ("server_assignment_count", N),
-    ("xact_count", N),
-    ("query_count", N),
-    ("bytes_received", N),
-    ("bytes_sent", N),
-    ("xact_time", N),
-    ("query_time", N),
-    ("wait_time", N),
-    ("client_parse_count", N),
-    ("server_parse_count", N),
-    ("bind_count", N),
-    ("client_login_count", N),
-];
+pub const STATS_TOTALS_COLUMNS: &[(&str, Col)] = &columns::<13>(&[2]);
 
 pub fn stats_totals(app: &Arc<App>) -> ResultSet {
     let mut rs = ResultSet::new(STATS_TOTALS_COLUMNS);
@@ -123,21 +205,7 @@ pub fn stats_totals(app: &Arc<App>) -> ResultSet {
     rs
 }
 
-pub const STATS_AVERAGES_COLUMNS: &[(&str, Col)] = &[
-    ("database", Col::Text),
-    ("server_assignment_count", N),
-    ("xact_count", N),
-    ("query_count", N),
-    ("bytes_received", N),
-    ("bytes_sent", N),
-    ("xact_time", N),
-    ("query_time", N),
-    ("wait_time", N),
-    ("avg_client_parse_count", N),
-    ("avg_server_parse_count", N),
-    ("avg_bind_count", N),
-    ("avg_client_login_count", N),
-];
+pub const STATS_AVERAGES_COLUMNS: &[(&str, Col)] = &columns::<13>(&[3]);
 
 pub fn stats_averages(app: &Arc<App>) -> ResultSet {
     let mut rs = ResultSet::new(STATS_AVERAGES_COLUMNS);
@@ -151,32 +219,17 @@ pub fn stats_averages(app: &Arc<App>) -> ResultSet {
 
 pub const TOTALS_COLUMNS: &[(&str, Col)] = &[("name", Col::Text), ("value", N)];
 
-const TOTALS_NAMES: [&str; 12] = [
-    "server_assignment_count",
-    "xact_count",
-    "query_count",
-    "client_bytes",
-    "server_bytes",
-    "xact_time",
-    "query_time",
-    "wait_time",
-    "ps_client_parse_count",
-    "ps_server_parse_count",
-    "ps_bind_count",
-    "client_login_count",
-];
-
 pub fn totals(app: &Arc<App>) -> ResultSet {
     let mut all = StatsSnapshot::default();
     for s in totals_by_db(app).values() {
         all.accumulate(s);
     }
     let mut rs = ResultSet::new(TOTALS_COLUMNS);
-    for (name, v) in TOTALS_NAMES.iter().zip(total_values(&all)) {
-        rs.push(vec![text(format!("total_{name}")), v]);
+    for (f, v) in FIGURES.iter().zip(total_values(&all)) {
+        rs.push(vec![text(format!("total_{}", f.0[4])), v]);
     }
-    for (name, v) in TOTALS_NAMES.iter().zip(avg_values(&app.stats_book.total())) {
-        rs.push(vec![text(format!("avg_{name}")), v]);
+    for (f, v) in FIGURES.iter().zip(avg_values(&app.stats_book.total())) {
+        rs.push(vec![text(format!("avg_{}", f.0[4])), v]);
     }
     rs
 }

@@ -3,16 +3,11 @@
 //! pool. Served as SHOW ADVICE on the console and `/advice` (JSON) on the metrics listener.
 
 pub mod backend_cost;
+pub mod history;
 pub mod rules;
 pub mod server_rules;
 
-use std::collections::{BTreeMap, VecDeque};
-
-use parking_lot::Mutex;
-
 use crate::app::App;
-use crate::pool::PoolKey;
-use crate::stats::StatsSnapshot;
 use std::path::Path;
 
 use crate::pool::servers::ServerState;
@@ -21,126 +16,83 @@ use backend_cost::BackendCost;
 use rules::{Finding, PoolFacts, Room, SizeFrom, Window};
 use server_rules::PoolClaim;
 
-/// Windows kept per pool.
-const KEEP: usize = 6;
-
-#[derive(Default)]
-struct PoolHistory {
-    last: StatsSnapshot,
-    windows: VecDeque<Window>,
-}
-
-/// Per-pool windows of the last stats periods.
-#[derive(Default)]
-pub struct Advisor {
-    pools: Mutex<BTreeMap<PoolKey, PoolHistory>>,
-}
-
-impl Advisor {
-    /// Close a stats period of `secs` seconds: one window per pool; pools that are gone are
-    /// forgotten.
-    pub fn observe(&self, app: &App, secs: f64) {
-        let live = app.pools.all();
-        let mut pools = self.pools.lock();
-        pools.retain(|k, _| live.iter().any(|p| &p.key == k));
-        for p in &live {
-            let now = p.stats.snapshot();
-            let h = pools.entry(p.key.clone()).or_default();
-            let d = now.delta(&h.last);
-            h.last = now;
-            let c = p.counts();
-            h.windows.push_back(Window {
-                secs,
-                xacts: d.xact_count,
-                xact_time_us: d.xact_time_us,
-                wait_time_us: d.wait_time_us,
-                open: c.total,
-                clients: c.clients,
-                queries: d.query_count,
-                evictions: d.prepared_evictions,
-            });
-            while h.windows.len() > KEEP {
-                h.windows.pop_front();
-            }
-        }
-    }
-
-    /// Every finding now, pools in name order, then per PostgreSQL server, process-wide ones last.
-    pub fn findings(&self, app: &App) -> Vec<Finding> {
-        let cfg = app.config();
-        let g = &cfg.settings;
-        let mut out = Vec::new();
-        let live = app.pools.all();
-        let book = app.pools.server_facts();
-        // Each pool's claim on each of its servers' connections.
-        let claims: Vec<(PoolClaim, Vec<String>)> = live
-            .iter()
-            .map(|p| {
-                let settings = p.settings();
-                let addrs = settings
-                    .target
-                    .addrs
-                    .iter()
-                    .map(|a| a.to_string())
-                    .collect();
-                (claim_of(&cfg, p, &settings), addrs)
-            })
-            .collect();
-        let on = |addr: &str| -> Vec<&PoolClaim> {
-            claims
-                .iter()
-                .filter(|(_, a)| a.iter().any(|x| x == addr))
-                .map(|(c, _)| c)
-                .collect()
-        };
-        let pools = self.pools.lock();
-        for (p, (claim, addrs)) in live.iter().zip(&claims) {
-            let Some(h) = pools.get(&p.key) else { continue };
+/// Every finding now, pools in name order, then per PostgreSQL server, process-wide ones last
+/// (from the windows `App::advisor` keeps: `history.rs`).
+pub fn findings(app: &App) -> Vec<Finding> {
+    let advisor = &app.advisor;
+    let cfg = app.config();
+    let g = &cfg.settings;
+    let mut out = Vec::new();
+    let live = app.pools.all();
+    let book = app.pools.server_facts();
+    // Each pool's claim on each of its servers' connections.
+    let claims: Vec<(PoolClaim, Vec<String>)> = live
+        .iter()
+        .map(|p| {
             let settings = p.settings();
-            let learned = addrs.iter().find_map(|a| Some((a, book?.get(a)?)));
-            let room = learned.map(|(a, facts)| Room {
-                max_connections: facts.max_connections,
-                headroom: facts.headroom(),
-                left: server_rules::room_for(&facts, claim, &on(a)),
-            });
-            let windows: Vec<Window> = h.windows.iter().copied().collect();
-            let facts = PoolFacts {
-                database: p.key.database.clone(),
-                user: p.key.user.clone(),
-                pool_size: settings.limits.pool_size,
-                size_from: claim.size_from.clone(),
-                min_pool_size: settings.limits.min_pool_size,
-                max_db_connections: settings.max_db_connections as u32,
-                pooled: settings.mode != sluice_config::PoolMode::Session,
-                reset_always: settings.reset_always && settings.reset_query.is_some(),
-                pinned: p.pinned_clients(),
-                pinned_by: p
-                    .pinned_by_feature()
-                    .into_iter()
-                    .map(|(f, n)| (f.describe(), n))
-                    .collect(),
-                max_prepared: settings.session.max_prepared as u32,
-                room,
-                backend: backend_cost(p, addrs, learned.map(|(_, f)| f.work_mem_bytes), &windows),
-            };
-            out.extend(rules::pool_findings(&facts, &windows));
-        }
-        let mut seen: Vec<&String> = Vec::new();
-        for (_, addrs) in &claims {
-            for a in addrs {
-                if seen.contains(&a) {
-                    continue;
-                }
-                seen.push(a);
-                if let Some(facts) = book.and_then(|b| b.get(a)) {
-                    out.extend(server_rules::oversubscribed(a, &facts, &on(a)));
-                }
+            let addrs = settings
+                .target
+                .addrs
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
+            (claim_of(&cfg, p, &settings), addrs)
+        })
+        .collect();
+    let on = |addr: &str| -> Vec<&PoolClaim> {
+        claims
+            .iter()
+            .filter(|(_, a)| a.iter().any(|x| x == addr))
+            .map(|(c, _)| c)
+            .collect()
+    };
+    for (p, (claim, addrs)) in live.iter().zip(&claims) {
+        let Some(windows) = advisor.windows(&p.key) else {
+            continue;
+        };
+        let settings = p.settings();
+        let learned = addrs.iter().find_map(|a| Some((a, book?.get(a)?)));
+        let room = learned.map(|(a, facts)| Room {
+            max_connections: facts.max_connections,
+            headroom: facts.headroom(),
+            left: server_rules::room_for(&facts, claim, &on(a)),
+        });
+        let facts = PoolFacts {
+            database: p.key.database.clone(),
+            user: p.key.user.clone(),
+            pool_size: settings.limits.pool_size,
+            size_from: claim.size_from.clone(),
+            min_pool_size: settings.limits.min_pool_size,
+            max_db_connections: settings.max_db_connections as u32,
+            pooled: settings.mode != sluice_config::PoolMode::Session,
+            reset_always: settings.reset_always && settings.reset_query.is_some(),
+            pinned: p.pinned_clients(),
+            pinned_by: p
+                .pinned_by_feature()
+                .into_iter()
+                .map(|(f, n)| (f.describe(), n))
+                .collect(),
+            max_prepared: settings.session.max_prepared as u32,
+            room,
+            backend: backend_cost(p, addrs, learned.map(|(_, f)| f.work_mem_bytes), &windows),
+        };
+        out.extend(rules::pool_findings(&facts, &windows));
+    }
+    let mut seen: Vec<&String> = Vec::new();
+    for (_, addrs) in &claims {
+        for a in addrs {
+            if seen.contains(&a) {
+                continue;
+            }
+            seen.push(a);
+            if let Some(facts) = book.and_then(|b| b.get(a)) {
+                out.extend(server_rules::oversubscribed(a, &facts, &on(a)));
             }
         }
-        let clients = app.client_count.load(std::sync::atomic::Ordering::Relaxed);
-        out.extend(rules::global_findings(clients, g.max_client_conn));
-        out
     }
+    let clients = app.client_count.load(std::sync::atomic::Ordering::Relaxed);
+    out.extend(rules::global_findings(clients, g.max_client_conn));
+    out
 }
 
 /// Where a pool's size and reserve come from, and what it may open.
@@ -196,7 +148,7 @@ fn backend_cost(
 
 /// The findings as a JSON array (the `/advice` endpoint).
 pub fn to_json(findings: &[Finding]) -> String {
-    use crate::json::escape as esc;
+    use crate::metrics::json::escape as esc;
     let items: Vec<String> = findings
         .iter()
         .map(|f| {

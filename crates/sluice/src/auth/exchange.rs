@@ -16,7 +16,7 @@ use sluice_protocol::{
     frontend_tag, md5_secret, md5_verify, ScramKeys, ScramSecret, ScramServer, StoredSecret,
 };
 
-use super::hba_check::{hba_method, Method};
+use super::hba_check::{hba_method, refuse, Exchange, Method};
 use super::query::{self, AuthScope, Lookup};
 use crate::admin::ADMIN_DB;
 use crate::app::App;
@@ -84,15 +84,15 @@ pub async fn authenticate(
     req: &AuthRequest<'_>,
 ) -> Result<Authenticated, EndReason> {
     let auth_type = app.config().settings.auth_type;
-    let method = match auth_type {
-        AuthType::Any => Method::Any,
-        AuthType::Trust => Method::Trust,
-        AuthType::Plain => Method::Plain,
-        AuthType::Md5 => Method::Md5,
-        AuthType::ScramSha256 => Method::Scram,
+    let method: Method = match auth_type {
+        AuthType::Any => Ok(Exchange::Any),
+        AuthType::Trust => Ok(Exchange::Trust),
+        AuthType::Plain => Ok(Exchange::Plain),
+        AuthType::Md5 => Ok(Exchange::Md5),
+        AuthType::ScramSha256 => Ok(Exchange::Scram),
         AuthType::Hba => hba_method(app, client, req.user, req.database),
         AuthType::Cert => super::cert::method(client, req.user),
-        other => Method::Refuse(
+        other => refuse(
             ClientNotice::new(
                 sqlstate::FEATURE_NOT_SUPPORTED,
                 format!("auth_type {other} is not supported by Sluice yet"),
@@ -100,9 +100,12 @@ pub async fn authenticate(
             format!("auth_type {other} is not supported"),
         ),
     };
-    let outcome = match Exchange::of(method) {
+    let outcome = match method {
         Ok(exchange) => run(app, client, req, exchange).await,
-        Err(refused) => Err(*refused),
+        Err(r) => Err(Failure {
+            end: EndReason::Error(r.notice),
+            detail: Some(r.why),
+        }),
     };
     match outcome {
         Ok(a) => {
@@ -121,37 +124,6 @@ pub async fn authenticate(
             }
             Err(f.end)
         }
-    }
-}
-
-/// A `Method` that runs an exchange: small and `Copy`, so that a login waiting for its client's
-/// password does not keep a refusal's text in its state.
-#[derive(Debug, Clone, Copy)]
-enum Exchange {
-    Any,
-    Trust,
-    Plain,
-    Md5,
-    Scram,
-    Identified(&'static str),
-}
-
-impl Exchange {
-    fn of(method: Method) -> Result<Exchange, Box<Failure>> {
-        Ok(match method {
-            Method::Any => Exchange::Any,
-            Method::Trust => Exchange::Trust,
-            Method::Plain => Exchange::Plain,
-            Method::Md5 => Exchange::Md5,
-            Method::Scram => Exchange::Scram,
-            Method::Identified(how) => Exchange::Identified(how),
-            Method::Refuse(notice, why) => {
-                return Err(Box::new(Failure {
-                    end: EndReason::Error(notice),
-                    detail: Some(why),
-                }))
-            }
-        })
     }
 }
 

@@ -8,9 +8,10 @@ use crate::conn::ClientConn;
 use crate::error::{sqlstate, ClientNotice};
 use crate::net::{PeerAddr, Stream};
 
-/// How the client must prove who it is.
-#[derive(Debug)]
-pub enum Method {
+/// How the client must prove who it is: small and `Copy`, so that a login waiting for its
+/// client's password does not keep a refusal's text in its state.
+#[derive(Debug, Clone, Copy)]
+pub enum Exchange {
     /// auth_type = any: the user name is not checked.
     Any,
     /// No password (the user must be known).
@@ -22,8 +23,22 @@ pub enum Method {
     Scram,
     /// Identity already proven (peer credentials, client certificate); the user must be known.
     Identified(&'static str),
-    /// Refused before any exchange: what the client is told, and the reason for the log.
-    Refuse(ClientNotice, String),
+}
+
+/// A login refused before any exchange: what the client is told, and the reason for the log.
+#[derive(Debug)]
+pub struct Refusal {
+    pub notice: ClientNotice,
+    pub why: String,
+}
+
+/// The method auth_type, the hba rules or the client certificate say applies, or why none does:
+/// the one definition of a login's method (`exchange.rs` runs it).
+pub type Method = Result<Exchange, Box<Refusal>>;
+
+/// A refusal as a `Method`.
+pub fn refuse(notice: ClientNotice, why: String) -> Method {
+    Err(Box::new(Refusal { notice, why }))
 }
 
 /// OS user name of the process at the other end of a Unix socket (SO_PEERCRED).
@@ -70,17 +85,17 @@ pub fn hba_method(app: &App, client: &ClientConn, user: &str, database: &str) ->
     };
     let (rule, verdict) = set.rules.evaluate(set.idents.as_ref(), &req);
     match verdict {
-        HbaVerdict::Trust => Method::Trust,
-        HbaVerdict::Password(HbaMethod::Password) => Method::Plain,
-        HbaVerdict::Password(HbaMethod::ScramSha256) => Method::Scram,
-        HbaVerdict::Password(_) => Method::Md5,
-        HbaVerdict::Identified => Method::Identified(match rule.map(|r| r.method) {
+        HbaVerdict::Trust => Ok(Exchange::Trust),
+        HbaVerdict::Password(HbaMethod::Password) => Ok(Exchange::Plain),
+        HbaVerdict::Password(HbaMethod::ScramSha256) => Ok(Exchange::Scram),
+        HbaVerdict::Password(_) => Ok(Exchange::Md5),
+        HbaVerdict::Identified => Ok(Exchange::Identified(match rule.map(|r| r.method) {
             Some(HbaMethod::Cert) => "certificate",
             _ => "peer",
-        }),
+        })),
         HbaVerdict::Refuse(why) => match rule.map(|r| r.method) {
             None => refuse_no_entry(&where_from, user, database, &why),
-            Some(HbaMethod::Reject) => Method::Refuse(
+            Some(HbaMethod::Reject) => refuse(
                 ClientNotice::new(
                     sqlstate::INVALID_AUTHORIZATION,
                     format!(
@@ -89,7 +104,7 @@ pub fn hba_method(app: &App, client: &ClientConn, user: &str, database: &str) ->
                 ),
                 why,
             ),
-            Some(m) => Method::Refuse(
+            Some(m) => refuse(
                 ClientNotice::new(
                     sqlstate::INVALID_AUTHORIZATION,
                     format!(
@@ -104,7 +119,7 @@ pub fn hba_method(app: &App, client: &ClientConn, user: &str, database: &str) ->
 }
 
 fn refuse_no_entry(where_from: &str, user: &str, database: &str, why: &str) -> Method {
-    Method::Refuse(
+    refuse(
         ClientNotice::new(
             sqlstate::INVALID_AUTHORIZATION,
             format!(

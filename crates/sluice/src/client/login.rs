@@ -6,16 +6,16 @@ use std::sync::Arc;
 use sluice_config::AuthType;
 use sluice_protocol::{encode_backend_key_data, encode_ready_for_query, TransactionStatus};
 
+use super::join::{join_pool, SessionStart};
 use super::limits::Admitted;
 use super::registry::ClientEntry;
 use super::replication;
-use super::session::{PoolMember, Session};
+use super::session::Session;
 use super::startup::StartupInfo;
 use crate::app::App;
 use crate::auth::exchange::{authenticate, AuthRequest};
 use crate::conn::{ClientConn, EndReason};
 use crate::error::{sqlstate, ClientNotice};
-use crate::forward::RelayScratch;
 use crate::pool::Pool;
 use crate::prepared::ClientStatements;
 use crate::server::welcome::Welcome;
@@ -94,29 +94,16 @@ pub fn login<'a>(
                     info.database
                 );
             }
-            let pool = loop {
-                let pool = app.pools.get_or_create(&info.database, login_user, || {
-                    targets::pool_settings(
-                        &cfg,
-                        &db,
-                        login_user,
-                        server_secret.cloned(),
-                        app.tls.load().server.clone(),
-                        |_| app.pools.current_generation(),
-                    )
-                });
-                pool.client_joined();
-                // Freed by autodb_idle_timeout between the two (`Pool::retire_if_unused`): the next
-                // round makes the pool again.
-                if !pool.is_removed() {
-                    break pool;
-                }
-                pool.client_left();
-            };
-            let member = PoolMember {
-                pool: pool.clone(),
-                _admitted: admitted,
-            };
+            let member = join_pool(
+                app,
+                &cfg,
+                &db,
+                &info.database,
+                login_user,
+                server_secret,
+                admitted,
+            );
+            let pool = member.pool.clone();
             if auth.from_auth_query && db.user.is_none() {
                 follow_auth_query_secret(app, &pool, &db, server_secret);
             }
@@ -191,26 +178,17 @@ pub fn login<'a>(
                 }
             );
         }
-        if let Some(a) = params.get("application_name") {
-            let _ = entry.application_name.set(a.to_string());
-        }
-        let _ = entry.identity.set((info.database, info.user));
-        let route = super::route::ClientRoute::for_pool(&pool, client.id.0);
-        Ok(Joined::Pool(Box::new(Session {
-            pool,
-            entry,
-            params,
-            statements: ClientStatements::default(),
-            tracker: SessionTracker::with_startup_values(unreported),
-            counted_pinned: false,
-            params_confirmed: false,
-            cancel,
-            relay_scratch: RelayScratch::default(),
-            idle_sleep: None,
-            after_loss: None,
-            route,
-            _member: member,
-        })))
+        Ok(Joined::Pool(Session::joined(
+            member,
+            SessionStart {
+                entry,
+                params,
+                statements: ClientStatements::default(),
+                tracker: SessionTracker::with_startup_values(unreported),
+                cancel,
+                identity: (info.database, info.user),
+            },
+        )))
     }
 }
 

@@ -2,10 +2,11 @@
 //! file per phase. The connection type is `crate::conn`; which session a connection runs (pool
 //! or admin console) is decided in `crate::dispatch`.
 
+pub mod guard;
+pub mod join;
 pub mod kill;
 pub mod limits;
 pub mod login;
-mod lost;
 pub mod registry;
 pub mod replication;
 pub mod route;

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use crate::ids::ClientId;
 use crate::keyed_hash::OwnKeys;
 use crate::net::PeerAddr;
-use crate::stamp::Stamp;
+use crate::stats::stamp::Stamp;
 
 /// PgBouncer's client states (SHOW CLIENTS `state`, SHOW POOLS cl_* columns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

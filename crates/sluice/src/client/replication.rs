@@ -14,59 +14,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::registry::{ClientEntry, ClientState};
 use super::session::PoolMember;
+pub use super::startup::Replication;
 use super::startup::StartupInfo;
 use crate::app::App;
 use crate::conn::{ClientConn, EndReason};
 use crate::pool::servers::ServerState;
 use crate::stats::PoolStats;
-
-/// The `replication` startup parameter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Replication {
-    /// Absent or false: an ordinary client.
-    #[default]
-    None,
-    /// `database`: logical replication (SQL allowed too).
-    Logical,
-    /// A true boolean: physical replication.
-    Physical,
-}
-
-impl Replication {
-    /// PostgreSQL's reading of the value: `database` (exactly), or a boolean as its `parse_bool`
-    /// takes one (true/false, yes/no, on/off, 1/0, any case, unambiguous prefixes). None: invalid.
-    pub fn parse(v: &str) -> Option<Replication> {
-        if v == "database" {
-            return Some(Replication::Logical);
-        }
-        let l = v.to_ascii_lowercase();
-        let prefix_of = |word: &str, min: usize| l.len() >= min && word.starts_with(l.as_str());
-        if l == "1" || prefix_of("true", 1) || prefix_of("yes", 1) || prefix_of("on", 2) {
-            Some(Replication::Physical)
-        } else if l == "0" || prefix_of("false", 1) || prefix_of("no", 1) || prefix_of("off", 2) {
-            Some(Replication::None)
-        } else {
-            None
-        }
-    }
-
-    /// SHOW CLIENTS / SHOW SERVERS `replication`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Replication::None => "none",
-            Replication::Logical => "logical",
-            Replication::Physical => "physical",
-        }
-    }
-
-    /// The value sent to the server.
-    fn startup_value(self) -> &'static str {
-        match self {
-            Replication::Logical => "database",
-            _ => "true",
-        }
-    }
-}
 
 /// A replication client that has logged in to its pool, before it has a server.
 pub struct Start {

@@ -11,13 +11,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::app::App;
 use crate::cancel;
+use crate::cancel::peers;
 use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
 use crate::error::{sqlstate, ClientNotice};
-use crate::peers;
 use crate::server::params::ParamMap;
 use crate::server::ServerAddr;
-
-pub use super::replication::Replication;
 
 /// Longest user name and database name accepted (PgBouncer's limits).
 const MAX_USER_LEN: usize = 127;
@@ -33,6 +31,54 @@ pub struct StartupInfo {
     /// `replication=database|true` (a replication client: its own server, `replication.rs`).
     /// Such a client's `options` is kept in `params` as it is, for its server.
     pub replication: Replication,
+}
+
+/// The `replication` startup parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Replication {
+    /// Absent or false: an ordinary client.
+    #[default]
+    None,
+    /// `database`: logical replication (SQL allowed too).
+    Logical,
+    /// A true boolean: physical replication.
+    Physical,
+}
+
+impl Replication {
+    /// PostgreSQL's reading of the value: `database` (exactly), or a boolean as its `parse_bool`
+    /// takes one (true/false, yes/no, on/off, 1/0, any case, unambiguous prefixes). None: invalid.
+    pub fn parse(v: &str) -> Option<Replication> {
+        if v == "database" {
+            return Some(Replication::Logical);
+        }
+        let l = v.to_ascii_lowercase();
+        let prefix_of = |word: &str, min: usize| l.len() >= min && word.starts_with(l.as_str());
+        if l == "1" || prefix_of("true", 1) || prefix_of("yes", 1) || prefix_of("on", 2) {
+            Some(Replication::Physical)
+        } else if l == "0" || prefix_of("false", 1) || prefix_of("no", 1) || prefix_of("off", 2) {
+            Some(Replication::None)
+        } else {
+            None
+        }
+    }
+
+    /// SHOW CLIENTS / SHOW SERVERS `replication`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Replication::None => "none",
+            Replication::Logical => "logical",
+            Replication::Physical => "physical",
+        }
+    }
+
+    /// The value sent to the server.
+    pub(super) fn startup_value(self) -> &'static str {
+        match self {
+            Replication::Logical => "database",
+            _ => "true",
+        }
+    }
 }
 
 /// Returned once and taken apart at once: boxing the large variant would cost every login an

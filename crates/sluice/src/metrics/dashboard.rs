@@ -13,7 +13,7 @@ use crate::stats::histogram::BOUNDS_US;
 /// The page.
 pub const PAGE: &str = include_str!("dashboard.html");
 
-use crate::json::escape as esc;
+use crate::metrics::json::escape as esc;
 
 fn list(v: impl IntoIterator<Item = u64>) -> String {
     let items: Vec<String> = v.into_iter().map(|n| n.to_string()).collect();
@@ -73,7 +73,7 @@ pub fn json(app: &Arc<App>) -> String {
             list(query.cumulative.iter().copied()),
         ));
     }
-    let advice = crate::advice::to_json(&app.advisor.findings(app));
+    let advice = crate::advice::to_json(&crate::advice::findings(app));
     let servers: usize = live.iter().map(|p| p.servers_book.all().len()).sum();
     let pg = postgres_servers(app, &live);
     let hosts = hosts(app);

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::exporter_families::{self as f, Column};
-use super::render::Out;
+use super::out::Out;
 use crate::admin::result::ResultSet;
-use crate::admin::{show_conns, show_misc, show_pools, show_stats};
+use crate::admin::{show_config, show_conns, show_pools, show_stats};
 use crate::app::App;
 use sluice_config::ExporterNames;
 
@@ -210,7 +210,7 @@ pub(super) fn render(out: &mut Out, app: &Arc<App>) {
     );
     out.sample(
         "pgbouncer_version_info",
-        &[("version", &show_misc::version_string())],
+        &[("version", &show_config::version_string())],
         1.0,
     );
     let databases = show_pools::databases(app);
@@ -228,7 +228,7 @@ pub(super) fn render(out: &mut Out, app: &Arc<App>) {
     }
     by_row(out, &show_pools::pools(app), f::POOLS_LABELS, f::POOLS);
     by_key(out, &show_pools::lists(app), f::LISTS);
-    by_key(out, &show_misc::config(app), f::CONFIG);
+    by_key(out, &show_config::config(app), f::CONFIG);
     match names {
         ExporterNames::Current => client_connections(out, &show_conns::clients(app)),
         ExporterNames::V0_10 => server_connections(out, &show_conns::servers(app)),

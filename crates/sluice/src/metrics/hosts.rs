@@ -1,7 +1,7 @@
 //! /metrics families of host roles and health (databases whose entry sets
 //! target_session_attrs): what SHOW HOSTS shows, one series per host.
 
-use super::render::Out;
+use super::out::Out;
 use crate::app::App;
 use std::sync::atomic::Ordering;
 

@@ -4,13 +4,15 @@
 //! while the process serves). What each path answers is here; the server (hyper, limits, TLS,
 //! basic auth) is `http.rs`.
 
-mod access;
+pub mod access;
 mod basic_auth;
 mod dashboard;
 mod exporter;
 mod exporter_families;
 mod hosts;
 mod http;
+pub mod json;
+mod out;
 pub mod process;
 pub mod render;
 
@@ -56,7 +58,7 @@ pub fn respond(app: &Arc<App>, path: &str) -> (StatusCode, &'static str, String)
         "/advice" => (
             StatusCode::OK,
             "application/json",
-            crate::advice::to_json(&app.advisor.findings(app)),
+            crate::advice::to_json(&crate::advice::findings(app)),
         ),
         "/health" | "/health/ready" | "/ready" => {
             if is_ready(app) {

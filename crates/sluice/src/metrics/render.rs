@@ -1,81 +1,17 @@
 //! The Prometheus text exposition (format 0.0.4) of everything SHOW POOLS, STATS, DATABASES and
 //! LISTS report, process figures, and per-pool latency histograms.
 
-use std::fmt::Write;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
-use crate::admin::show_misc::version_string;
+use crate::admin::show_config::version_string;
 use crate::admin::show_pools::{database_rows, list_items, pool_rows};
 use crate::admin::show_stats::totals_by_db;
 use crate::app::App;
-use crate::stats::histogram::BOUNDS_US;
 use crate::stats::period::Averages;
 use crate::stats::{HistogramSnapshot, StatsSnapshot};
 
-/// Builds the exposition: each family's HELP/TYPE once, then its samples.
-pub(super) struct Out {
-    text: String,
-}
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn labels(pairs: &[(&str, &str)]) -> String {
-    if pairs.is_empty() {
-        return String::new();
-    }
-    let inner: Vec<String> = pairs
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    format!("{{{}}}", inner.join(","))
-}
-
-impl Out {
-    pub(super) fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.text, "# HELP {name} {help}");
-        let _ = writeln!(self.text, "# TYPE {name} {kind}");
-    }
-
-    pub(super) fn sample(&mut self, name: &str, l: &[(&str, &str)], v: f64) {
-        let _ = writeln!(self.text, "{name}{} {v}", labels(l));
-    }
-
-    /// One family with one sample per row.
-    fn gauge_rows<R>(
-        &mut self,
-        name: &str,
-        kind: &str,
-        help: &str,
-        rows: &[R],
-        f: impl Fn(&R) -> (Vec<(&'static str, String)>, f64),
-    ) {
-        self.family(name, kind, help);
-        for r in rows {
-            let (l, v) = f(r);
-            let l: Vec<(&str, &str)> = l.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            self.sample(name, &l, v);
-        }
-    }
-
-    fn histogram(&mut self, name: &str, l: &[(&str, &str)], h: &HistogramSnapshot) {
-        for (i, count) in h.cumulative.iter().enumerate() {
-            let le = match BOUNDS_US.get(i) {
-                Some(b) => format!("{}", *b as f64 / 1e6),
-                None => "+Inf".to_string(),
-            };
-            let mut with_le = l.to_vec();
-            with_le.push(("le", &le));
-            self.sample(&format!("{name}_bucket"), &with_le, *count as f64);
-        }
-        self.sample(&format!("{name}_sum"), l, h.sum_us as f64 / 1e6);
-        self.sample(&format!("{name}_count"), l, h.count() as f64);
-    }
-}
+use super::out::Out;
 
 fn process(out: &mut Out, app: &App) {
     out.family(

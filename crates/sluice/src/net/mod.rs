@@ -4,6 +4,7 @@
 pub mod dns;
 pub mod fd_limit;
 pub mod framed;
+pub mod listen;
 pub mod socket;
 pub mod spare_buffers;
 pub mod stream;

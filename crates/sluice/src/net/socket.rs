@@ -19,6 +19,19 @@ pub struct TcpTuning {
     pub socket_buffer: u32,
 }
 
+/// TCP tuning from [pgbouncer].
+pub fn tcp_tuning(cfg: &sluice_config::Config) -> TcpTuning {
+    let s = &cfg.settings;
+    TcpTuning {
+        keepalive: s.tcp_keepalive,
+        keepidle: s.tcp_keepidle,
+        keepintvl: s.tcp_keepintvl,
+        keepcnt: s.tcp_keepcnt,
+        user_timeout_ms: s.tcp_user_timeout,
+        socket_buffer: s.tcp_socket_buffer,
+    }
+}
+
 /// Apply the tuning and TCP_NODELAY (the pooler forwards whole protocol messages; Nagle only adds latency).
 pub fn tune_tcp(stream: &TcpStream, t: &TcpTuning) {
     let _ = stream.set_nodelay(true);

@@ -80,7 +80,7 @@ impl Pool {
             .observe_us(started.elapsed().as_micros() as u64);
         let mut slots = slots;
         conn.generation = settings.generation;
-        let tracker = self.servers_book.track(&conn);
+        let tracker = self.servers_book.track(conn.seen());
         let _ = tracker.record().replication.set(kind);
         slots.tracker = Some(tracker);
         slots.home = self.home_slot(conn.home);

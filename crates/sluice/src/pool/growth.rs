@@ -120,7 +120,7 @@ impl Pool {
                     .observe_us(started.elapsed().as_micros() as u64);
                 let mut slots = slots;
                 conn.generation = settings.generation;
-                slots.tracker = Some(self.servers_book.track(&conn));
+                slots.tracker = Some(self.servers_book.track(conn.seen()));
                 slots.home = self.home_slot(conn.home);
                 conn.slots = Some(slots);
                 {

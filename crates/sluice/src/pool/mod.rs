@@ -11,7 +11,6 @@ pub mod counter;
 mod dedicated;
 mod growth;
 mod handout;
-pub mod janitor;
 mod pooled;
 mod readers;
 pub mod registry;

@@ -11,8 +11,7 @@ use std::time::{Instant, SystemTime};
 
 use parking_lot::Mutex;
 
-use crate::server::ServerConn;
-use crate::stamp::Stamp;
+use crate::stats::stamp::Stamp;
 
 /// Where a server is, in PgBouncer's words (SHOW SERVERS `state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +21,19 @@ pub enum ServerState {
     Active = 1,
     /// Running server_check_query before it is handed out.
     Tested = 2,
+}
+
+/// What a logged-in server shows of itself when the book records it (`ServerConn::seen`): the
+/// book stays below the connection it describes.
+#[derive(Debug)]
+pub struct ServerSeen {
+    pub id: ServerId,
+    pub addr: String,
+    pub peer_port: Option<u16>,
+    pub local: Option<SocketAddr>,
+    pub remote_pid: u32,
+    pub generation: u64,
+    pub tls: String,
 }
 
 /// What SHOW SERVERS reports about one connection.
@@ -89,38 +101,21 @@ pub struct ServerBook {
 
 impl ServerBook {
     /// Record a freshly logged-in server; the returned tracker removes it when dropped.
-    pub fn track(self: &Arc<Self>, conn: &ServerConn) -> ServerTracker {
-        let (peer_port, local) = match conn.stream.tcp() {
-            Some(s) => (s.peer_addr().ok().map(|a| a.port()), s.local_addr().ok()),
-            None => (None, None),
-        };
+    pub fn track(self: &Arc<Self>, seen: ServerSeen) -> ServerTracker {
         let rec = Arc::new(ServerRecord {
-            id: conn.id,
-            addr: match &*conn.addr {
-                crate::server::ServerAddr::Tcp { host, .. } => host.clone(),
-                crate::server::ServerAddr::Unix { path } => path
-                    .parent()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default(),
-            },
-            peer_port: peer_port.or(match &*conn.addr {
-                crate::server::ServerAddr::Tcp { port, .. } => Some(*port),
-                crate::server::ServerAddr::Unix { .. } => None,
-            }),
-            local,
-            remote_pid: conn.backend_key.pid,
-            generation: conn.generation,
-            tls: conn
-                .tls
-                .as_ref()
-                .map(|t| t.description.clone())
-                .unwrap_or_default(),
+            id: seen.id,
+            addr: seen.addr,
+            peer_port: seen.peer_port,
+            local: seen.local,
+            remote_pid: seen.remote_pid,
+            generation: seen.generation,
+            tls: seen.tls,
             replication: OnceLock::new(),
             state: AtomicU8::new(ServerState::Active as u8),
             prepared: AtomicU32::new(0),
             request: Stamp::now(),
         });
-        self.map.lock().insert(conn.id, rec.clone());
+        self.map.lock().insert(seen.id, rec.clone());
         ServerTracker {
             book: self.clone(),
             record: rec,

@@ -181,7 +181,7 @@ fn run_janitor(pool: &Arc<Pool>) -> tokio::task::JoinHandle<()> {
     let p = pool.clone();
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(super::janitor::JANITOR_PERIOD).await;
+            tokio::time::sleep(crate::runtime::janitor::JANITOR_PERIOD).await;
             p.maintain();
         }
     })
@@ -202,7 +202,7 @@ async fn query_wait_timeout_fails_the_waiter() {
     let waited = start.elapsed();
     assert!(
         waited >= Duration::from_secs(2)
-            && waited <= Duration::from_secs(2) + super::janitor::JANITOR_PERIOD,
+            && waited <= Duration::from_secs(2) + crate::runtime::janitor::JANITOR_PERIOD,
         "{waited:?}"
     );
     assert_eq!(pool.counts().waiting, 0);
@@ -518,17 +518,17 @@ async fn idle_auto_databases_are_freed_after_the_timeout() {
     let _app = pools.get_or_create("app", "u", || settings(2, 0));
     let a = pools.get_or_create("auto", "u", || settings(2, 0));
     a.client_joined();
-    super::janitor::tick(&pools, &auto, None);
+    crate::runtime::janitor::tick(&pools, &auto, None);
     assert!(!pools.is_idle_auto("auto"));
     a.client_left();
-    super::janitor::tick(&pools, &auto, None);
+    crate::runtime::janitor::tick(&pools, &auto, None);
     assert!(pools.is_idle_auto("auto") && !pools.is_idle_auto("app"));
     paused.store(true, Ordering::SeqCst);
     tokio::time::advance(Duration::from_secs(11)).await;
-    super::janitor::tick(&pools, &auto, None);
+    crate::runtime::janitor::tick(&pools, &auto, None);
     assert!(!a.is_removed(), "a paused database is kept");
     paused.store(false, Ordering::SeqCst);
-    super::janitor::tick(&pools, &auto, None);
+    crate::runtime::janitor::tick(&pools, &auto, None);
     assert!(a.is_removed());
     assert_eq!(pools.all().len(), 1, "only app's pool is left");
     assert!(!pools.is_idle_auto("auto"));

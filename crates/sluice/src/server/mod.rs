@@ -87,6 +87,36 @@ impl ServerConn {
         }
     }
 
+    /// What SHOW SERVERS records of it at login (`ServerBook::track`).
+    pub fn seen(&self) -> crate::pool::servers::ServerSeen {
+        let (peer_port, local) = match self.stream.tcp() {
+            Some(s) => (s.peer_addr().ok().map(|a| a.port()), s.local_addr().ok()),
+            None => (None, None),
+        };
+        crate::pool::servers::ServerSeen {
+            id: self.id,
+            addr: match &*self.addr {
+                ServerAddr::Tcp { host, .. } => host.clone(),
+                ServerAddr::Unix { path } => path
+                    .parent()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            },
+            peer_port: peer_port.or(match &*self.addr {
+                ServerAddr::Tcp { port, .. } => Some(*port),
+                ServerAddr::Unix { .. } => None,
+            }),
+            local,
+            remote_pid: self.backend_key.pid,
+            generation: self.generation,
+            tls: self
+                .tls
+                .as_ref()
+                .map(|t| t.description.clone())
+                .unwrap_or_default(),
+        }
+    }
+
     /// Update its SHOW SERVERS state since `at` (atomic stores on its record; no lock).
     pub fn set_book_state(&self, state: crate::pool::servers::ServerState, at: Instant) {
         if let Some(t) = self.slots.as_ref().and_then(|s| s.tracker.as_ref()) {

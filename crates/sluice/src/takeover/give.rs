@@ -4,7 +4,7 @@
 //! accepts and serves again if the successor goes away before it has exited.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -13,26 +13,15 @@ use sluice_protocol::CancelKey;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
-use super::codec::{ClientState, Msg, VERSION};
+use super::codec::{Msg, VERSION};
+pub use super::handle::Outgoing;
 use super::link::{self, LinkError, LinkReader, LinkWriter};
 use super::{Takeover, ANSWER_TIMEOUT, TAKE_TIMEOUT};
 use crate::app::App;
 use crate::client::session::Session;
 use crate::conn::ClientConn;
+use crate::net::listen::Listeners;
 use crate::net::Stream;
-
-/// What the link's writer sends.
-pub enum Outgoing {
-    /// A client, its socket, and where the successor's answer goes.
-    Client {
-        state: Box<ClientState>,
-        fd: OwnedFd,
-        ack: oneshot::Sender<Result<(), String>>,
-    },
-    CancelDone {
-        seq: u64,
-    },
-}
 
 /// How a hand-over attempt ended for the session that asked.
 pub enum Handoff {
@@ -86,12 +75,16 @@ pub async fn hand_over(app: &App, client: &ClientConn, s: &Session) -> Handoff {
     }
 }
 
+/// What starts the accept loops again when a successor is lost (`runtime::spawn_listeners`),
+/// given by the runtime that started this side: the giving side does not import it.
+pub type Respawn = fn(&Arc<App>, Listeners);
+
 /// Accept successors on the takeover socket (until the listeners change hands).
-pub async fn accept_control(app: Arc<App>, listener: UnixListener) {
+pub async fn accept_control(app: Arc<App>, listener: UnixListener, respawn: Respawn) {
     loop {
         match listener.accept().await {
             Ok((sock, _)) => {
-                tokio::spawn(serve(app.clone(), sock));
+                tokio::spawn(serve(app.clone(), sock, respawn));
             }
             Err(e) => {
                 tracing::warn!("takeover socket: accept failed: {e}");
@@ -129,7 +122,7 @@ fn not_now(app: &App) -> Option<String> {
 }
 
 /// One successor, from its Hello to the end of the link.
-async fn serve(app: Arc<App>, sock: UnixStream) {
+async fn serve(app: Arc<App>, sock: UnixStream, respawn: Respawn) {
     let uid = sock.peer_cred().map(|c| c.uid());
     let (mut reader, writer) = link::split(sock);
     let refuse = |reason: String| {
@@ -202,7 +195,7 @@ async fn serve(app: Arc<App>, sock: UnixStream) {
     app.takeover.handed_over.store(true, Ordering::Release);
     app.takeover.stop_listeners();
     if let Err(e) = writer.send(&Msg::Taken, &[]).await {
-        take_back(&app, pid, &e.to_string());
+        take_back(&app, pid, &e.to_string(), respawn);
         return;
     }
     *app.takeover.outbox.lock() = Some(tx);
@@ -217,7 +210,7 @@ async fn serve(app: Arc<App>, sock: UnixStream) {
     // Nothing more reaches the successor (what it reads from now on it cannot answer: it drops
     // those clients unserved), and the clients here stop trying before the queue closes.
     writer.shutdown();
-    take_back(&app, pid, &why);
+    take_back(&app, pid, &why, respawn);
     *app.takeover.outbox.lock() = None;
     writing.abort();
     let _ = writing.await;
@@ -289,7 +282,7 @@ async fn forward_cancel(app: &App, key: CancelKey) {
 }
 
 /// The successor is gone: accept again from the kept copies and serve every client still here.
-fn take_back(app: &Arc<App>, pid: u32, why: &str) {
+fn take_back(app: &Arc<App>, pid: u32, why: &str, respawn: Respawn) {
     if !app.takeover.handed_over.swap(false, Ordering::AcqRel) {
         return;
     }
@@ -308,7 +301,7 @@ fn take_back(app: &Arc<App>, pid: u32, why: &str) {
         .and_then(|(descs, fds)| super::listeners::rebuild(&descs, fds, workers));
     match listeners {
         Ok(l) => {
-            crate::spawn_listeners(app, l);
+            respawn(app, l);
             if let Some(p) = app
                 .config()
                 .settings

@@ -9,7 +9,7 @@ use socket2::Socket;
 use tokio::net::{TcpListener, UnixListener};
 
 use super::codec::{ListenerDesc, ListenerKind};
-use crate::listener::{Listeners, TcpListening};
+use crate::net::listen::{Listeners, TcpListening};
 
 /// Copies of every listening socket of `listeners`, described.
 pub fn keep(listeners: &Listeners) -> io::Result<Vec<(ListenerDesc, OwnedFd)>> {

@@ -10,11 +10,11 @@ use sluice_protocol::CancelKey;
 
 use super::codec::{ClientState, StatementState};
 use crate::app::App;
+use crate::client::guard::ClientGuard;
+use crate::client::join::{join_pool, SessionStart};
 use crate::client::registry::Registration;
-use crate::client::session::{PoolMember, Session};
+use crate::client::session::Session;
 use crate::conn::ClientConn;
-use crate::dispatch::ClientGuard;
-use crate::forward::RelayScratch;
 use crate::net::{PeerAddr, Stream};
 use crate::prepared::ClientStatements;
 use crate::server::params::ParamMap;
@@ -126,23 +126,16 @@ pub fn adopt(app: &Arc<App>, st: ClientState, socket: OwnedFd) -> Result<Adopted
         .cancels
         .adopt(CancelKey::from_bytes(st.cancel_key))
         .ok_or("its cancel key is taken here")?;
-    let pool = loop {
-        let pool = app.pools.get_or_create(&st.database, &login_user, || {
-            targets::pool_settings(
-                &cfg,
-                &db,
-                &login_user,
-                secret.clone(),
-                app.tls.load().server.clone(),
-                |_| app.pools.current_generation(),
-            )
-        });
-        pool.client_joined();
-        if !pool.is_removed() {
-            break pool;
-        }
-        pool.client_left();
-    };
+    let member = join_pool(
+        app,
+        &cfg,
+        &db,
+        &st.database,
+        &login_user,
+        secret.as_ref(),
+        admitted,
+    );
+    let pool = member.pool.clone();
     if let Some(keys) = st.scram_keys.clone().filter(|_| db.user.is_none()) {
         pool.set_scram_keys(keys);
     }
@@ -165,29 +158,17 @@ pub fn adopt(app: &Arc<App>, st: ClientState, socket: OwnedFd) -> Result<Adopted
     if let Some(a) = st.local_addr {
         let _ = entry.local_addr.set(a);
     }
-    if let Some(a) = params.get("application_name") {
-        let _ = entry.application_name.set(a.to_string());
-    }
-    let _ = entry.identity.set((st.database.clone(), st.user.clone()));
-    let route = crate::client::route::ClientRoute::for_pool(&pool, entry.id.0);
-    let session = Box::new(Session {
-        _member: PoolMember {
-            pool: pool.clone(),
-            _admitted: admitted,
+    let session = Session::joined(
+        member,
+        SessionStart {
+            entry,
+            params,
+            statements,
+            tracker: SessionTracker::restored(st.tracked_sets),
+            cancel,
+            identity: (st.database.clone(), st.user.clone()),
         },
-        pool,
-        entry,
-        params,
-        statements,
-        tracker: SessionTracker::restored(st.tracked_sets),
-        counted_pinned: false,
-        params_confirmed: false,
-        cancel,
-        relay_scratch: RelayScratch::default(),
-        idle_sleep: None,
-        after_loss: None,
-        route,
-    });
+    );
     Ok(Adopted {
         guard,
         registration,

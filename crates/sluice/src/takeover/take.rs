@@ -4,21 +4,24 @@
 //! serves, until it exits.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use sluice_config::Config;
-use sluice_protocol::CancelKey;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 
 use super::codec::{ClientState, Msg, VERSION};
+use super::handle::{Predecessor, ToPredecessor as Outgoing};
 use super::link::{self, LinkError, LinkReader, LinkWriter};
 use super::{control_path, TakeoverError, ANSWER_TIMEOUT};
 use crate::app::App;
-use crate::listener::Listeners;
+use crate::client::guard::ClientGuard;
+use crate::client::registry::Registration;
+use crate::client::session::Session;
+use crate::conn::ClientConn;
+use crate::net::listen::Listeners;
 
 /// Connected to the running process, holding its offer, not yet taken over.
 pub struct Successor {
@@ -31,28 +34,15 @@ pub struct Successor {
     active_workers: usize,
 }
 
-/// The process this one took over from, while it still has clients (`Takeover::predecessor`).
-pub struct Predecessor {
-    pub pid: u32,
-    queue: mpsc::UnboundedSender<Outgoing>,
-    next_seq: AtomicU64,
-    cancels: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>>,
-}
-
-/// What the link's writer sends.
-enum Outgoing {
-    Ack {
-        id: u64,
-        taken: bool,
-        reason: String,
-        /// Told whether the Ack was written (the client is served only then).
-        written: Option<oneshot::Sender<bool>>,
-    },
-    Cancel {
-        seq: u64,
-        key: [u8; 8],
-    },
-}
+/// What serves a client taken over (`dispatch::serve_adopted`), given by the caller of
+/// `Successor::take`: the take side hands clients to the dispatch without importing it.
+pub type ServeAdopted = fn(
+    Arc<App>,
+    ClientGuard,
+    Registration,
+    ClientConn,
+    Box<Session>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Reach the running process of `cfg`'s port and take its offer: the listening sockets, made
 /// into this process's `Listeners` for `workers` workers. Must run inside a tokio runtime.
@@ -115,7 +105,7 @@ pub async fn connect(
 impl Successor {
     /// Tell the running process to stop accepting (this process accepts once this returns), then
     /// adopt its clients and forward cancels to it in the background.
-    pub async fn take(self, app: &Arc<App>) -> Result<(), TakeoverError> {
+    pub async fn take(self, app: &Arc<App>, serve: ServeAdopted) -> Result<(), TakeoverError> {
         let Successor {
             mut reader,
             writer,
@@ -144,35 +134,15 @@ impl Successor {
              at their next transaction boundary"
         );
         tokio::spawn(write_loop(writer, rx));
-        tokio::spawn(read_loop(app.clone(), reader, queue, cancels, old_pid));
+        tokio::spawn(read_loop(
+            app.clone(),
+            reader,
+            queue,
+            cancels,
+            old_pid,
+            serve,
+        ));
         Ok(())
-    }
-}
-
-impl super::Takeover {
-    /// A cancel request this process has no client for: sent to the process it took over from,
-    /// while that one lives, and waited for (within `limit`). False when there is none.
-    pub async fn forward_cancel(&self, key: CancelKey, limit: Option<Duration>) -> bool {
-        let (done, wait) = oneshot::channel();
-        {
-            let p = self.predecessor.lock();
-            let Some(p) = p.as_ref() else { return false };
-            let seq = p.next_seq.fetch_add(1, Ordering::Relaxed);
-            p.cancels.lock().insert(seq, done);
-            let key = key.to_bytes();
-            if p.queue.send(Outgoing::Cancel { seq, key }).is_err() {
-                return false;
-            }
-        }
-        match limit {
-            Some(l) => {
-                let _ = tokio::time::timeout(l, wait).await;
-            }
-            None => {
-                let _ = wait.await;
-            }
-        }
-        true
     }
 }
 
@@ -204,11 +174,12 @@ async fn read_loop(
     queue: mpsc::UnboundedSender<Outgoing>,
     cancels: Arc<Mutex<HashMap<u64, oneshot::Sender<()>>>>,
     pid: u32,
+    serve: ServeAdopted,
 ) {
     loop {
         match reader.recv().await {
             Ok((Msg::Client(state), mut fds)) => match fds.pop() {
-                Some(fd) => adopt_one(&app, *state, fd, &queue),
+                Some(fd) => adopt_one(&app, *state, fd, &queue, serve),
                 None => break,
             },
             Ok((Msg::CancelDone { seq }, _)) => {
@@ -245,6 +216,7 @@ fn adopt_one(
     state: ClientState,
     fd: std::os::fd::OwnedFd,
     queue: &mpsc::UnboundedSender<Outgoing>,
+    serve: ServeAdopted,
 ) {
     let id = state.id;
     let label = format!("{}/{}@{}", state.database, state.user, state.peer);
@@ -265,8 +237,7 @@ fn adopt_one(
                 match adopted.connect(&app2) {
                     Ok((guard, registration, client, session)) => {
                         tracing::debug!("C-{}: {label} taken over", client.id);
-                        crate::dispatch::serve_adopted(app2, guard, registration, client, session)
-                            .await
+                        serve(app2, guard, registration, client, session).await
                     }
                     Err(e) => tracing::warn!("takeover: cannot register {label}: {e}"),
                 }

@@ -9,7 +9,7 @@ use super::message::{
     as_text, escape_saslname, parse_server_final, parse_server_first, ServerFinal,
 };
 use super::{b64, hmac_sha256, xor32, ScramKeys};
-use crate::auth::secret::constant_time_eq;
+use crate::auth::constant_time::constant_time_eq;
 use crate::error::ProtocolError;
 
 /// What the pooler logs in with.

@@ -7,7 +7,7 @@ use std::mem;
 use super::channel_binding::{server_accepts, SCRAM_SHA_256_PLUS};
 use super::message::{as_text, parse_client_final, parse_client_first};
 use super::{b64, hmac_sha256, sha256, xor32, ScramKeys, ScramSecret, SCRAM_SHA_256};
-use crate::auth::secret::constant_time_eq;
+use crate::auth::constant_time::constant_time_eq;
 use crate::error::ProtocolError;
 
 /// What the server remembers between the two round trips.

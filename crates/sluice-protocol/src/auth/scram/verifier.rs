@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::{b64, b64_32, b64_decode, hmac_sha256, ScramKeys};
-use crate::auth::secret::constant_time_eq;
+use crate::auth::constant_time::constant_time_eq;
 use crate::error::ProtocolError;
 
 const PREFIX: &str = "SCRAM-SHA-256$";

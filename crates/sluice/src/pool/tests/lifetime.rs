@@ -51,7 +51,7 @@ async fn query_timeout_fails_a_waiter_before_query_wait_timeout() {
     let waited = start.elapsed();
     assert!(
         waited >= Duration::from_secs(3)
-            && waited <= Duration::from_secs(3) + super::janitor::JANITOR_PERIOD,
+            && waited <= Duration::from_secs(3) + crate::runtime::janitor::JANITOR_PERIOD,
         "{waited:?}"
     );
     janitor.abort();

@@ -21,7 +21,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, Registry};
 
-use crate::syslog::Syslog;
+use crate::process::syslog::Syslog;
 
 const TS: &[FormatItem<'static>] =
     format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
@@ -220,7 +220,7 @@ impl LogHandle {
     pub fn set_syslog(&self, on: bool, facility: &str, ident: &str) -> io::Result<()> {
         let next = if on {
             Some(Syslog::connect(
-                &crate::syslog::socket_path(),
+                &crate::process::syslog::socket_path(),
                 facility,
                 ident,
             ))

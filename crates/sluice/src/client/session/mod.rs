@@ -2,6 +2,8 @@
 //! and relaying until the pool mode says the server goes back (transaction/statement) or the client
 //! leaves (session). Every way out decides whether the server is clean enough to reuse.
 
+mod lost;
+
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -33,7 +35,6 @@ use crate::server::query;
 use crate::session_state::policy::Feature;
 use crate::session_state::tracker::{SessionTracker, CLEANUP_SQL, PIN_CHECK_SQL, RESET_SQL};
 use crate::stats::PoolStats;
-use crate::takeover::give::Handoff;
 
 /// A logged-in client's place: its pool, its expected parameters, its cancel key.
 pub struct Session {
@@ -58,10 +59,13 @@ pub struct Session {
     /// (inline in the wait, it sized every client's session state whether the timeout was set or not).
     pub idle_sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// The server this client was using was lost and its failed transaction, batch or COPY is
-    /// not over: its requests are answered without a server (`client/lost.rs`). Boxed: rare.
+    /// not over: its requests are answered without a server (`lost.rs`). Boxed: rare.
     pub after_loss: Option<Box<crate::forward::after_loss::AfterLoss>>,
     /// Read routing's state (None when the pool routes nothing: decided at login).
     pub route: Option<Box<super::route::ClientRoute>>,
+    /// The successor refused it, or it cannot move (`dispatch` hands it over): it is not
+    /// offered again.
+    pub stays_here: bool,
     /// Leaves the pool's client count on drop.
     pub(crate) _member: PoolMember,
 }
@@ -100,11 +104,13 @@ enum Idle {
 }
 
 /// How a session run ends: the client is gone, it is between transactions and should carry on
-/// on another worker (`workers::Workers::move_target`), or another process took it over.
+/// on another worker (`workers::Workers::move_target`), or it is between transactions and a
+/// successor takes the clients: hand me over (`dispatch`, through `takeover::give`; when that
+/// fails the session runs on here).
 pub enum Outcome {
     End(EndReason),
     Move(usize, Box<Session>),
-    HandedOver,
+    HandOver(Box<Session>),
 }
 
 /// How serving one request ended.
@@ -123,17 +129,12 @@ pub async fn run(app: &Arc<App>, client: &mut ClientConn, mut s: Box<Session>) -
     // waits below then check the switch with one load (`cancelled_armed`).
     s.entry.kill.arm().await;
     // TLS state cannot leave this process; a client the successor refused is not offered again.
-    let mut may_hand_over = !client.stream.is_tls();
+    let may_hand_over = !client.stream.is_tls() && !s.stays_here;
     loop {
         // Between transactions, linked to no server: a successor may take the client over.
-        // Boxed, as the other rare steps: its future would otherwise size every session's.
         // (Not while a lost server's failed transaction is open: that state is not handed over.)
         if may_hand_over && s.after_loss.is_none() && app.lifecycle.phase() == Phase::HandingOver {
-            match Box::pin(crate::takeover::give::hand_over(app, client, &s)).await {
-                Handoff::Taken => return Outcome::HandedOver,
-                Handoff::Refused => may_hand_over = false,
-                Handoff::Failed => {}
-            }
+            return Outcome::HandOver(s);
         }
         // Between transactions (no server linked, nothing half-read): the one place a client may
         // change worker. Not while SUSPEND or a shutdown phase holds: those count on clients
@@ -209,9 +210,9 @@ async fn serve_request(
     s.pool.refresh_settings(snapshot);
     if s.after_loss.is_some() {
         // Its server was lost: answered without one until the failed transaction is over.
-        match Box::pin(super::lost::answer(app, client, s, snapshot)).await {
-            Ok(super::lost::Answered::Done) => return Served::Next,
-            Ok(super::lost::Answered::HandOff) => {}
+        match Box::pin(lost::answer(app, client, s, snapshot)).await {
+            Ok(lost::Answered::Done) => return Served::Next,
+            Ok(lost::Answered::HandOff) => {}
             Err(reason) => return Served::End(reason),
         }
     }
@@ -354,7 +355,7 @@ async fn serve_request(
             let id = server.id;
             s.pool.discard(server);
             sync_pin_count(s);
-            let told = Box::pin(super::lost::server_lost(client, s, id, lost)).await;
+            let told = Box::pin(lost::server_lost(client, s, id, lost)).await;
             sync_pin_count(s);
             return match told {
                 Ok(()) => Served::Next,

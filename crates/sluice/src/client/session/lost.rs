@@ -8,9 +8,9 @@ use bytes::{Buf, BytesMut};
 use sluice_protocol::peek_header;
 use tokio::io::AsyncWriteExt;
 
-use super::kill::KillSwitch;
-use super::session::Session;
+use super::Session;
 use crate::app::App;
+use crate::client::kill::KillSwitch;
 use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
 use crate::error::{sqlstate, ClientNotice};
 use crate::forward::after_loss::Step;

@@ -4,10 +4,13 @@
 //! protocol (sd_notify: READY=1, RELOADING=1, STOPPING=1 and STATUS= datagrams to
 //! `$NOTIFY_SOCKET`, for `Type=notify` units as PgBouncer's packaged unit is).
 
+pub mod logging;
+pub mod syslog;
+
 use std::io;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 
-use crate::logging::LogHandle;
+use crate::process::logging::LogHandle;
 
 /// What `main` hands the app once it runs.
 pub struct ProcessHooks {

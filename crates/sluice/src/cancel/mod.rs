@@ -1,6 +1,8 @@
 //! Cancel keys: every client gets its own random key; a CancelRequest carrying it is forwarded,
 //! with the real key, to the server the client is linked to at that moment.
 
+pub mod peers;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +51,7 @@ impl CancelRegistry {
             rand::thread_rng().fill_bytes(&mut b);
             b[0] &= 0x7f; // positive "pid", as PostgreSQL clients expect
             if peer_id > 0 {
-                crate::peers::stamp(&mut b, peer_id);
+                crate::cancel::peers::stamp(&mut b, peer_id);
             }
             let k = CancelKey::from_bytes(b);
             if !map.contains_key(&k) {

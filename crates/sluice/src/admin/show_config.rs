@@ -1,0 +1,90 @@
+//! What the console is and how it is set: SHOW HELP, VERSION and CONFIG.
+
+use std::sync::Arc;
+
+use sluice_config::{SettingDef, PGBOUNCER_SETTINGS, SLUICE_SETTINGS};
+
+use super::result::{text, yes_no, Col, ResultSet};
+use super::PGBOUNCER_COMPAT;
+use crate::app::App;
+
+pub const HELP: &str = "Console usage
+\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION
+\tSHOW PEERS|PEER_POOLS
+\tSHOW FDS|SOCKETS|ACTIVE_SOCKETS|LISTS|MEM|STATE
+\tSHOW DNS_HOSTS|DNS_ZONES
+\tSHOW STATS|STATS_TOTALS|STATS_AVERAGES|TOTALS
+\tSET key = arg
+\tRELOAD
+\tPAUSE [<db>]
+\tRESUME [<db>]
+\tDISABLE <db>
+\tENABLE <db>
+\tRECONNECT [<db>]
+\tKILL [<db>]
+\tKILL_CLIENT <client_id>
+\tSUSPEND
+\tSHUTDOWN
+\tSHUTDOWN WAIT_FOR_SERVERS|WAIT_FOR_CLIENTS
+\tWAIT_CLOSE [<db>]";
+
+pub const VERSION_COLUMNS: &[(&str, Col)] = &[("version", Col::Text)];
+
+/// The PgBouncer release whose console this is comes first, so tools that read the version to pick
+/// a column layout pick the right one; Sluice's own version follows.
+pub fn version_string() -> String {
+    format!(
+        "PgBouncer {PGBOUNCER_COMPAT} (Sluice {})",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+pub fn version() -> ResultSet {
+    let mut rs = ResultSet::new(VERSION_COLUMNS);
+    rs.push(vec![text(version_string())]);
+    rs
+}
+
+pub const CONFIG_COLUMNS: &[(&str, Col)] = &[
+    ("key", Col::Text),
+    ("value", Col::Text),
+    ("default", Col::Text),
+    ("changeable", Col::Text),
+];
+
+/// PgBouncer's SHOW CONFIG order: its alphabetical table, except pool_idle_timeout after pool_mode.
+fn pgbouncer_order() -> Vec<&'static SettingDef> {
+    let mut defs: Vec<&SettingDef> = PGBOUNCER_SETTINGS.iter().collect();
+    if let Some(i) = defs.iter().position(|d| d.name == "pool_idle_timeout") {
+        let d = defs.remove(i);
+        let at = defs
+            .iter()
+            .position(|d| d.name == "pool_mode")
+            .map_or(defs.len(), |p| p + 1);
+        defs.insert(at, d);
+    }
+    defs
+}
+
+pub fn config(app: &Arc<App>) -> ResultSet {
+    let cfg = app.config();
+    let mut rs = ResultSet::new(CONFIG_COLUMNS);
+    for d in pgbouncer_order() {
+        rs.push(vec![
+            text(d.name),
+            text(cfg.settings.get(d.name).unwrap_or_default()),
+            text(d.default),
+            yes_no(d.reloadable),
+        ]);
+    }
+    // Sluice's own [sluice] keys follow PgBouncer's.
+    for d in SLUICE_SETTINGS {
+        rs.push(vec![
+            text(d.name),
+            text(cfg.sluice.get(d.name).unwrap_or_default()),
+            text(d.default),
+            yes_no(d.reloadable),
+        ]);
+    }
+    rs
+}
