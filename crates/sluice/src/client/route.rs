@@ -171,7 +171,7 @@ impl ClientRoute {
     /// The transaction's server is linked: note its host.
     pub fn linked(&mut self, server: &PooledServer) {
         self.ran_on = server.host.as_ref().and_then(|t| {
-            let index = self.hosts.iter().position(|h| Arc::ptr_eq(h, &t.health))?;
+            let index = self.hosts.iter().position(|h| h.issued(t))?;
             Some(HostKey {
                 index,
                 incarnation: t.epoch,

@@ -10,10 +10,9 @@
 use bytes::{BufMut, BytesMut};
 use sluice_protocol::{
     decode_describe_or_close, decode_parse, encode_command_complete, encode_empty_query_response,
-    encode_ready_for_query, frontend_tag as t, TransactionStatus,
+    encode_error, encode_ready_for_query, frontend_tag as t, Severity, TransactionStatus,
 };
 
-use super::lost::encode_notice_error;
 use super::Prepared;
 use crate::error::ClientNotice;
 use crate::session_state::{classify_full, LexOptions, StatementKind};
@@ -369,6 +368,18 @@ fn cstr(b: &[u8]) -> (&[u8], &[u8]) {
         Some(i) => (&b[..i], &b[i + 1..]),
         None => (b, &[]),
     }
+}
+
+/// Append an ErrorResponse for `notice` (ERROR: the client keeps its connection).
+pub(crate) fn encode_notice_error(notice: &ClientNotice, out: &mut BytesMut) {
+    encode_error(
+        Severity::Error,
+        &notice.sqlstate,
+        &notice.message,
+        notice.detail.as_deref(),
+        notice.hint.as_deref(),
+        out,
+    );
 }
 
 #[cfg(test)]

@@ -10,11 +10,9 @@
 //! is sent again to another server: the client decides.
 
 use bytes::{Buf, BytesMut};
-use sluice_protocol::{
-    encode_error, encode_ready_for_query, ErrorFields, Severity, TransactionStatus,
-};
+use sluice_protocol::{encode_ready_for_query, ErrorFields, TransactionStatus};
 
-use super::after_loss::{aborted_notice, AfterLoss};
+use super::after_loss::{aborted_notice, encode_notice_error, AfterLoss};
 use super::core::{RelayCore, Scan};
 use super::expect::Expect;
 use super::protocol_state::{BatchEvent, CopyEvent};
@@ -66,18 +64,6 @@ pub(super) fn fatal_cause(fields: &ErrorFields) -> Option<String> {
     // The non-localized severity when the server sent one (9.6+), else its own words.
     matches!(fields.severity.as_str(), "FATAL" | "PANIC")
         .then(|| format!("{} (SQLSTATE {})", fields.message, fields.code))
-}
-
-/// Append an ErrorResponse for `notice` (ERROR: the client keeps its connection).
-pub(crate) fn encode_notice_error(notice: &ClientNotice, out: &mut BytesMut) {
-    encode_error(
-        Severity::Error,
-        &notice.sqlstate,
-        &notice.message,
-        notice.detail.as_deref(),
-        notice.hint.as_deref(),
-        out,
-    );
 }
 
 impl RelayCore<'_> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sluice_protocol::ScramKeys;
 use tokio::time::Instant;
 
-use super::health::{HostHealth, HostTicket};
+use super::health::HostHealth;
 use super::{role, select, HostBook};
 use crate::error::ServerError;
 use crate::server::connect::{self, ConnectOptions};
@@ -56,11 +56,7 @@ impl HostBook {
                 {
                     Ok(mut conn) => match role::learn(&mut conn, opts.max_packet_size).await {
                         Ok(facts) if role::accepts(attrs, facts) => {
-                            conn.host = Some(HostTicket {
-                                health: m.clone(),
-                                epoch,
-                                held: held.then(|| started.elapsed()),
-                            });
+                            conn.host = Some(m.ticket(epoch, held.then(|| started.elapsed())));
                             return Ok(conn);
                         }
                         Ok(facts) => {

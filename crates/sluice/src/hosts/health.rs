@@ -12,6 +12,7 @@ use sluice_config::ReplicaLag;
 use sluice_protocol::ScramKeys;
 use tokio::sync::Notify;
 
+use super::ticket::{HostEpoch, HostTicket};
 use super::view::{HostView, Role};
 use crate::server::connect::ConnectOptions;
 use crate::server::{ServerAddr, ServerTarget};
@@ -43,7 +44,7 @@ pub struct HostHealth {
     view: ArcSwap<HostView>,
     /// Bumped when the host leaves rotation or changes role: servers that connected before close
     /// when next released (`HostTicket::retired`).
-    epoch: AtomicU64,
+    epoch: Arc<HostEpoch>,
     /// Check now (a connect to it failed, or a login found another role than the checker's).
     pub(super) wake: Notify,
     pub(super) login: Mutex<Option<CheckLogin>>,
@@ -63,21 +64,6 @@ pub struct HostHealth {
     pub reads_replayed: AtomicU64,
 }
 
-/// A server's claim on its host's health, taken at connect.
-#[derive(Debug, Clone)]
-pub struct HostTicket {
-    pub health: Arc<HostHealth>,
-    pub epoch: u64,
-    /// How long its connect held clients while no host of the role was in rotation.
-    pub held: Option<Duration>,
-}
-
-impl HostTicket {
-    pub fn retired(&self) -> bool {
-        self.health.epoch.load(Ordering::Relaxed) != self.epoch
-    }
-}
-
 impl std::fmt::Debug for HostHealth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostHealth")
@@ -91,7 +77,7 @@ impl HostHealth {
         HostHealth {
             addr,
             view: ArcSwap::from_pointee(HostView::default()),
-            epoch: AtomicU64::new(0),
+            epoch: Arc::default(),
             wake: Notify::new(),
             login: Mutex::new(None),
             peers: Mutex::new(Vec::new()),
@@ -116,7 +102,21 @@ impl HostHealth {
     }
 
     pub fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Relaxed)
+        self.epoch.get()
+    }
+
+    /// A ticket for a server that connected to this host in `epoch`.
+    pub fn ticket(&self, epoch: u64, held: Option<Duration>) -> HostTicket {
+        HostTicket {
+            host: self.epoch.clone(),
+            epoch,
+            held,
+        }
+    }
+
+    /// Whether `ticket` is a server of this host.
+    pub fn issued(&self, ticket: &HostTicket) -> bool {
+        Arc::ptr_eq(&self.epoch, &ticket.host)
     }
 
     /// Take a tick of the book's sequence just before a check is sent (read routing's poll
@@ -199,9 +199,9 @@ impl HostHealth {
         // A host never checked counts as in rotation here: servers may have connected to it.
         let was_in = old.healthy || !old.checked;
         if (was_in && !v.healthy) || (old.checked && old.role != v.role) {
-            self.epoch.fetch_add(1, Ordering::Relaxed);
+            self.epoch.bump();
         }
-        v.incarnation = self.epoch.load(Ordering::Relaxed);
+        v.incarnation = self.epoch.get();
         if was_primary && !is_primary {
             let why = if v.healthy {
                 "is a standby now".to_string()

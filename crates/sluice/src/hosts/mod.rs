@@ -9,6 +9,7 @@ mod connect;
 pub mod health;
 pub mod role;
 pub mod select;
+pub mod ticket;
 pub mod view;
 
 use std::collections::HashMap;
@@ -19,7 +20,7 @@ use parking_lot::Mutex;
 use sluice_protocol::ScramKeys;
 use tokio::sync::Notify;
 
-pub use health::{HostHealth, HostTicket};
+pub use health::HostHealth;
 pub use view::{HostView, Role};
 
 use crate::auth::cpu::AuthCpu;

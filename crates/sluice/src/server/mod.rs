@@ -58,7 +58,7 @@ pub struct ServerConn {
     pub home: u16,
     /// The host's health at connect (databases with failover only): the server closes when next
     /// released once its host left rotation or changed role.
-    pub host: Option<crate::hosts::HostTicket>,
+    pub host: Option<crate::hosts::ticket::HostTicket>,
 }
 
 impl ServerConn {

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use super::*;
-use crate::hosts::{HostHealth, HostTicket};
+use crate::hosts::HostHealth;
 
 /// Each connect takes the next planned outcome (a server after a delay, or NoHost after a delay);
 /// servers carry a ticket of `host`.
@@ -43,11 +43,7 @@ impl Connector for Arc<HostConnector> {
                 Stream::Unix(a),
                 me.host.addr.clone(),
             );
-            c.host = Some(HostTicket {
-                health: me.host.clone(),
-                epoch,
-                held: None,
-            });
+            c.host = Some(me.host.ticket(epoch, None));
             Ok(c)
         })
     }
