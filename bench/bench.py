@@ -3,6 +3,8 @@
 
 Started by bench/run.sh. Environment:
   SLUICE_BIN          sluice binary (empty or failing to start: Sluice is skipped)
+  SLUICE_BEFORE_BIN   an earlier sluice binary, run as target `sluice_before` interleaved with the
+                      others (a change's before/after on the same machine in the same run)
   BENCH_DURATION      seconds per pgbench run (default 10)
   BENCH_REPEATS       repetitions of the whole scenario list, interleaved (default 3)
   BENCH_SCALE         pgbench -i scale (default 10)
@@ -59,7 +61,8 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 USER, PASSWORD, DB = "bench_user", "bench_pass", "bench"  # SCRAM secret
 MD5_USER, MD5_PASSWORD = "bench_md5", "bench_md5_pass"  # md5 secret
 PASSWORDS = {USER: PASSWORD, MD5_USER: MD5_PASSWORD}
-TARGETS = ["direct", "pgbouncer", "sluice", "sluice_w1", "sluice_spread", "floor_epoll", "floor_uring"]
+TARGETS = ["direct", "pgbouncer", "sluice", "sluice_before", "sluice_w1", "sluice_spread", "floor_epoll",
+           "floor_uring"]
 FLOORS = ("floor_epoll", "floor_uring")
 POOLERS = TARGETS[1:]
 
@@ -850,7 +853,7 @@ def summarize(results, scenarios):
             med[t] = row
             out.append(row)
         base = med.get("pgbouncer")
-        for t in ("sluice", "sluice_w1", "sluice_spread") + FLOORS:
+        for t in ("sluice", "sluice_before", "sluice_w1", "sluice_spread") + FLOORS:
             row = med.get(t)
             if not row:
                 continue
@@ -953,6 +956,9 @@ def main():
             sluice_bin = shutil.copy2(sluice_bin, os.path.join(base, "sluice-bin"))
         else:
             sluice_src = None
+        before_bin = os.environ.get("SLUICE_BEFORE_BIN", "")
+        if before_bin and os.access(before_bin, os.X_OK):
+            before_bin = shutil.copy2(before_bin, os.path.join(base, "sluice-before-bin"))
         scripts = {}  # pgbench -f scripts, by the name the scenarios' args use ("{select1}")
         for key, sql in SCRIPTS.items():
             scripts[key] = os.path.join(base, f"{key}.sql")
@@ -966,6 +972,7 @@ def main():
         specs = {
             "pgbouncer": (AS_PG, pgbouncer_bin, True, "", f"{pgbouncer_bin} not found"),
             "sluice": ([], sluice_bin, False, "", "binary not available (build failed?)"),
+            "sluice_before": ([], before_bin, False, "", "SLUICE_BEFORE_BIN not set or not executable"),
             "sluice_w1": ([], sluice_bin, False, "\n[sluice]\nworkers = 1\n", "binary not available (build failed?)"),
             "sluice_spread": ([], sluice_bin, False, "\n[sluice]\nworker_spread_percent = 0\n",
                               "binary not available (build failed?)"),
