@@ -12,8 +12,8 @@ use tokio::io::AsyncWriteExt;
 
 use crate::error::ClientNotice;
 use crate::ids::ClientId;
+use crate::lifecycle::suspend::SuspendGate;
 use crate::net::{PeerAddr, Stream};
-use crate::suspend::SuspendGate;
 
 /// Read buffer growth on a client's socket: clients mostly send short requests (PgBouncer's
 /// pkt_buf is 4 KiB). The relay grows server buffers by its own, larger `READ_CHUNK`.

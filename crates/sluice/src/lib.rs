@@ -27,7 +27,6 @@ pub mod runtime;
 pub mod server;
 pub mod session_state;
 pub mod stats;
-pub mod suspend;
 pub mod takeover;
 pub mod targets;
 pub mod tls;

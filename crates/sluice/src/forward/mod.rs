@@ -44,10 +44,10 @@ use tokio::time::{Instant, Sleep};
 use crate::cancel::CancelSlot;
 use crate::conn::{ClientConn, Label, CLIENT_READ_CHUNK};
 use crate::error::{sqlstate, ClientNotice};
+use crate::lifecycle::suspend::SuspendGate;
 use crate::net::Stream;
 use crate::prepared::{ClientStatements, StatementRegistry};
 use crate::server::ServerConn;
-use crate::suspend::SuspendGate;
 pub use core::{ClientSide, RelayCore, RelayRules, ServerSide, SessionParts, Timeout};
 use expect::ExpectQueue;
 

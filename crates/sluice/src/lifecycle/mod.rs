@@ -1,6 +1,8 @@
 //! Process phases (running, handing over to a successor, the two graceful shutdown modes, exit)
 //! and the commands that move between them (signals, admin SHUTDOWN, a takeover), plus the
-//! PAUSE/SUSPEND/DISABLE flags the admin console sets.
+//! PAUSE/SUSPEND/DISABLE flags the admin console sets; `suspend.rs`: the SUSPEND gate.
+
+pub mod suspend;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -9,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::suspend::SuspendGate;
+use suspend::SuspendGate;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
