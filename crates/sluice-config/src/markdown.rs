@@ -33,8 +33,10 @@ const SLUICE_DATABASE_KEYS: &[(&str, &str, &str)] = &[
     "Which transactions may run on a standby of a host list: off; explicit (transactions that \
      declare themselves read only: BEGIN/START TRANSACTION READ ONLY, SET TRANSACTION READ ONLY \
      after BEGIN, or default_transaction_read_only on for the session); auto (also single \
-     statements the classifier proves cannot write; a single simple Query the standby refuses with \
-     25006 before any row reached the client runs again on the primary). Needs a host list with target_session_attrs (health checks): \
+     statements the classifier proves cannot write, sent as a simple Query, in one \
+     extended-protocol batch, or bound to a statement the client prepared earlier; such a read \
+     the standby refuses with 25006 before any row reached the client runs again on the \
+     primary). Needs a host list with target_session_attrs (health checks): \
      a transaction goes to a healthy standby only when it has replayed everything the client \
      wrote or read before (read-your-writes, monotonic reads), else to the primary. Transaction \
      pool mode only: session and statement mode route nothing, and a client pinned by session \
