@@ -66,6 +66,11 @@ RETRY_JUNIT=$CACHE/junit-retry.xml
 args=(-n 2 -k "not online_restart and not takeover" --junitxml="$JUNIT")
 for f in "${FILES[@]}"; do args+=("$TESTS/$f.py"); done
 
+# Two of test_misc's cases start socat forwarders that outlive pytest and keep their ports: stop
+# them when this script ends (only socat of that exact form, owned by the user the suite ran as).
+suite_user=$([ "$(id -u)" = 0 ] && echo postgres || id -un)
+trap 'pkill -u "$suite_user" -f "^socat tcp-listen:[0-9]+,reuseaddr,fork tcp:localhost:[0-9]+$" 2>/dev/null || true' EXIT
+
 rm -f "$JUNIT" "$RETRY_JUNIT"
 mkdir -p "$ROOT/target"
 log "running the counted files against $BIN (about 5 minutes on 2 cores)"
