@@ -146,7 +146,7 @@ fn server_rows(app: &App) -> Vec<ConnRow> {
                     }
                 }
             };
-            let (local_addr, local_port) = match r.local {
+            let (local_addr, local_port) = match r.seen.local {
                 Some(a) => (text(a.ip().to_string()), num(a.port())),
                 None => (text("unix"), null()),
             };
@@ -158,27 +158,31 @@ fn server_rows(app: &App) -> Vec<ConnRow> {
                     text(p.key.database.clone()),
                     text(*r.replication.get().unwrap_or(&"none")),
                     text(state),
-                    text(r.addr.clone()),
-                    r.peer_port.map(|v| v.to_string()),
+                    text(r.seen.addr.clone()),
+                    r.seen.peer_port.map(|v| v.to_string()),
                     local_addr,
                     local_port,
                     time(r.connect_time()),
                     time(r.request_time()),
                     num(0),
                     num(0),
-                    num(u8::from(p.close_needed(r.id, r.generation, &settings))),
-                    text(format!("S-{}", r.id)),
+                    num(u8::from(p.close_needed(
+                        r.seen.id,
+                        r.seen.generation,
+                        &settings,
+                    ))),
+                    text(format!("S-{}", r.seen.id)),
                     text(
                         links
-                            .get(&r.id.0)
+                            .get(&r.seen.id.0)
                             .map(|c| format!("C-{c}"))
                             .unwrap_or_default(),
                     ),
-                    num(r.remote_pid),
-                    text(r.tls.clone()),
+                    num(r.seen.remote_pid),
+                    text(r.seen.tls.clone()),
                     text(""),
                     num(r.prepared()),
-                    num(r.id),
+                    num(r.seen.id),
                 ],
             });
         }

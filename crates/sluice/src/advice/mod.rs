@@ -133,7 +133,7 @@ fn backend_cost(
         let idle: Vec<u32> = servers
             .iter()
             .filter(|r| r.state() == ServerState::Idle)
-            .map(|r| r.remote_pid)
+            .map(|r| r.seen.remote_pid)
             .collect();
         if let Some((bytes, measured)) = backend_cost::measure(Path::new("/proc"), &idle) {
             return BackendCost {

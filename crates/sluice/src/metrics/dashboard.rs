@@ -136,7 +136,13 @@ fn postgres_servers(app: &App, live: &[Arc<crate::pool::Pool>]) -> Vec<String> {
             let f = book.get(a)?;
             let open: usize = live
                 .iter()
-                .map(|p| p.servers_book.all().iter().filter(|r| &r.addr == a).count())
+                .map(|p| {
+                    p.servers_book
+                        .all()
+                        .iter()
+                        .filter(|r| &r.seen.addr == a)
+                        .count()
+                })
                 .sum();
             Some(format!(
                 "{{\"addr\":\"{}\",\"max_connections\":{},\"headroom\":{},\"servers\":{open}}}",

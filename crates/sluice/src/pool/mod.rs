@@ -377,7 +377,7 @@ impl Pool {
         self.servers_book
             .all()
             .iter()
-            .filter(|r| self.close_needed(r.id, r.generation, &settings))
+            .filter(|r| self.close_needed(r.seen.id, r.seen.generation, &settings))
             .count()
     }
 

@@ -36,18 +36,11 @@ pub struct ServerSeen {
     pub tls: String,
 }
 
-/// What SHOW SERVERS reports about one connection.
+/// What SHOW SERVERS reports about one connection: what the server showed at login, and what
+/// changes while it lives.
 #[derive(Debug)]
 pub struct ServerRecord {
-    pub id: ServerId,
-    pub addr: String,
-    pub peer_port: Option<u16>,
-    pub local: Option<SocketAddr>,
-    /// The backend's pid from BackendKeyData.
-    pub remote_pid: u32,
-    pub generation: u64,
-    /// SHOW SERVERS `tls`: empty for plaintext.
-    pub tls: String,
+    pub seen: ServerSeen,
     /// SHOW SERVERS `replication`: `logical` or `physical` for a replication client's own
     /// server (`Pool::open_dedicated`), unset (`none`) for the pool's.
     pub replication: OnceLock<&'static str>,
@@ -102,20 +95,15 @@ pub struct ServerBook {
 impl ServerBook {
     /// Record a freshly logged-in server; the returned tracker removes it when dropped.
     pub fn track(self: &Arc<Self>, seen: ServerSeen) -> ServerTracker {
+        let id = seen.id;
         let rec = Arc::new(ServerRecord {
-            id: seen.id,
-            addr: seen.addr,
-            peer_port: seen.peer_port,
-            local: seen.local,
-            remote_pid: seen.remote_pid,
-            generation: seen.generation,
-            tls: seen.tls,
+            seen,
             replication: OnceLock::new(),
             state: AtomicU8::new(ServerState::Active as u8),
             prepared: AtomicU32::new(0),
             request: Stamp::now(),
         });
-        self.map.lock().insert(seen.id, rec.clone());
+        self.map.lock().insert(id, rec.clone());
         ServerTracker {
             book: self.clone(),
             record: rec,
@@ -151,6 +139,6 @@ impl ServerTracker {
 
 impl Drop for ServerTracker {
     fn drop(&mut self) {
-        self.book.map.lock().remove(&self.record.id);
+        self.book.map.lock().remove(&self.record.seen.id);
     }
 }

@@ -132,8 +132,8 @@ pub fn fast_close_sweep(app: &App) {
             continue;
         }
         for r in pool.servers_book.all() {
-            if pool.close_needed(r.id, r.generation, &settings) {
-                due.insert(r.id.0);
+            if pool.close_needed(r.seen.id, r.seen.generation, &settings) {
+                due.insert(r.seen.id.0);
             }
         }
     }
