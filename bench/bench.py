@@ -15,6 +15,8 @@ Started by bench/run.sh. Environment:
                       floor_uring are bench/floor's forwarder (one server connection per client,
                       bytes copied without a look: the least CPU any pooler can spend here), run
                       for select_c10 and select_extended_c50 only
+  BENCH_SLUICE_EXTRA  pgbouncer.ini text appended to the `sluice` target's configuration, e.g.
+                      $'\n[sluice]\nworkers = 16\n' (what the 16-core machine runs, on this one)
   FLOOR_BIN           bench/floor's binary (set by run.sh; empty: the floor targets are skipped)
   BENCH_SCENARIOS     comma list of scenario names (default all, see SCENARIOS)
   BENCH_IDLE_CLIENTS  idle logged-in clients held open by the idle_clients scenario (default 10000)
@@ -971,7 +973,8 @@ def main():
 
         specs = {
             "pgbouncer": (AS_PG, pgbouncer_bin, True, "", f"{pgbouncer_bin} not found"),
-            "sluice": ([], sluice_bin, False, "", "binary not available (build failed?)"),
+            "sluice": ([], sluice_bin, False, os.environ.get("BENCH_SLUICE_EXTRA", ""),
+                       "binary not available (build failed?)"),
             "sluice_before": ([], before_bin, False, "", "SLUICE_BEFORE_BIN not set or not executable"),
             "sluice_w1": ([], sluice_bin, False, "\n[sluice]\nworkers = 1\n", "binary not available (build failed?)"),
             "sluice_spread": ([], sluice_bin, False, "\n[sluice]\nworker_spread_percent = 0\n",

@@ -219,3 +219,54 @@ async fn clients_gather_on_one_worker_when_idle_and_spread_under_load() {
     assert!(s.log().contains("workers: 2 of 2 active"), "{}", s.log());
     all_answer(&clients).await;
 }
+
+/// Gathering after a spread goes straight to the workers the load needs: eight workers, all in use
+/// (worker_spread_percent = 0), then packing on with nearly no load -> one worker within a few
+/// calm seconds, not one worker fewer every 3 s (21 s for eight, 45 s for sixteen, every second
+/// of it paying the idle workers' wake-ups per login).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gathering_after_a_spread_goes_straight_to_the_workers_the_load_needs() {
+    let u = new_role("gather").await;
+    let mport = free_port();
+    let ini = |spread: u32| {
+        Sluice::basic_ini(
+            &format!(
+                "pool_mode = transaction\ndefault_pool_size = 4\n[sluice]\nworkers = 8\n\
+                 worker_spread_percent = {spread}\nmetrics_listen_addr = 127.0.0.1:{mport}"
+            ),
+            DATABASES,
+        )
+    };
+    let s = Sluice::builder(&ini(0))
+        .userlist(&format!("\"{u}\" \"{}\"\n", pooling_common::PW))
+        .start();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(connect(&s, &u).await);
+    }
+    all_answer(&clients).await;
+    assert_eq!(workers_now(mport).await.0, 8.0);
+
+    s.rewrite_config(&ini(75));
+    s.signal(nix::sys::signal::Signal::SIGHUP);
+    let started = std::time::Instant::now();
+    let mut active = 8.0;
+    while started.elapsed() < Duration::from_secs(15) {
+        all_answer(&clients).await;
+        active = workers_now(mport).await.0;
+        if active == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = started.elapsed();
+    assert_eq!(active, 1.0, "{}", s.log());
+    // 3 calm periods of 1 s after the reload, plus a period's slack; one at a time took 21 s.
+    assert!(took < Duration::from_secs(8), "took {took:?}:\n{}", s.log());
+    assert!(
+        !s.log().contains("workers: 7 of 8 active"),
+        "stepped down one worker at a time:\n{}",
+        s.log()
+    );
+    all_answer(&clients).await;
+}
