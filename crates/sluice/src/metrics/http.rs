@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use super::access::Access;
 use crate::app::App;
+use crate::net::stream::reregister;
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -73,10 +74,23 @@ async fn connection(app: Arc<App>, access: Arc<Access>, sock: TcpStream, peer: S
     match access.tls.clone() {
         None => exchange(app, access, sock, peer, head_by).await,
         Some(config) => {
-            let accept = tokio_rustls::TlsAcceptor::from(config).accept(sock);
+            // The handshake runs on the authentication threads, as the clients' and servers' do
+            // (`auth::cpu`): a scraper's or a stranger's handshakes never take a relay worker's time.
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            let accept = app
+                .auth_cpu
+                .run_socket(sock, move |tcp| acceptor.accept(tcp));
             match tokio::time::timeout_at(head_by, accept).await {
-                Ok(Ok(tls)) => exchange(app, access, tls, peer, head_by).await,
-                Ok(Err(e)) => tracing::debug!("metrics: {peer}: TLS handshake failed: {e}"),
+                Ok(Ok(Ok(mut tls))) => {
+                    if let Err(e) = reregister(tls.get_mut().0) {
+                        tracing::debug!("metrics: {peer}: {e}");
+                        return;
+                    }
+                    exchange(app, access, tls, peer, head_by).await
+                }
+                Ok(Ok(Err(e)) | Err(e)) => {
+                    tracing::debug!("metrics: {peer}: TLS handshake failed: {e}")
+                }
                 Err(_) => tracing::debug!("metrics: {peer}: TLS handshake timed out"),
             }
         }

@@ -29,7 +29,7 @@ pub enum Stream {
 
 /// Swap a socket held inside a TLS stream for a duplicate descriptor registered with the current
 /// runtime; dropping the old one deregisters it from its worker and closes only that descriptor.
-fn reregister(tcp: &mut TcpStream) -> io::Result<()> {
+pub fn reregister(tcp: &mut TcpStream) -> io::Result<()> {
     let dup = tcp.as_fd().try_clone_to_owned()?;
     let fresh = TcpStream::from_std(std::net::TcpStream::from(dup))?;
     drop(std::mem::replace(tcp, fresh));
