@@ -22,6 +22,8 @@ use crate::{client, error, metrics, takeover};
 /// How long a safe shutdown (WAIT_FOR_SERVERS) waits, at most, for the queued clients it failed
 /// to receive their "server shutting down" before the process exits.
 const TELL_CLIENTS: Duration = Duration::from_secs(2);
+/// How often the shutdown phases look at their exit conditions (clients gone, servers idle).
+const SHUTDOWN_POLL: Duration = Duration::from_millis(100);
 
 /// Start the accept loops of `listeners` (client ports, HTTP endpoint, takeover socket); they end
 /// when the lifecycle stops accepting or the listeners change hands (`takeover::Takeover`).
@@ -135,9 +137,18 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
                 }
             }
         }
+        // While running there is nothing to poll: only a phase change moves this loop (a timer
+        // here woke the main thread ten times a second for nothing, the idle pooler's largest
+        // share of wake-ups). The shutdown phases poll their exit conditions.
+        if now == Phase::Running {
+            if phase.changed().await.is_err() {
+                break;
+            }
+            continue;
+        }
         tokio::select! {
             r = phase.changed() => if r.is_err() { break },
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = tokio::time::sleep(SHUTDOWN_POLL) => {}
         }
     }
     janitor.abort();
