@@ -21,6 +21,8 @@
 //!   mid-handshake must not hold every slot. A caller that gives up (client_login_timeout,
 //!   server_connect_timeout, the client gone) drops its future, which ends the handshake and frees
 //!   its slot.
+//! - Priority: the threads run `NICE_STEPS` below the process's priority, so that where every core
+//!   is busy the kernel gives the relay workers the larger share and a storm slows logins first.
 
 use std::future::Future;
 use std::io;
@@ -35,6 +37,46 @@ pub const THREAD_NAME: &str = "sluice-auth";
 
 /// Socket work (TLS handshakes) in flight per authentication thread.
 pub const HANDSHAKES_PER_THREAD: usize = 64;
+
+/// How much lower the authentication threads' priority is than the process's (nice steps).
+///
+/// Where the cores are all busy (a small machine during a login storm: the storm's own clients,
+/// PostgreSQL and the pooler on the same CPUs) the kernel shares them by weight; five steps gives a
+/// handshake or a derivation about a third of a relay worker's share, so a storm queues logins
+/// rather than the queries of clients already in. With a core to spare it changes nothing.
+pub const NICE_STEPS: i32 = 5;
+
+/// The calling thread's nice value (Linux keeps one per thread).
+fn thread_nice() -> Option<i32> {
+    // SAFETY: gettid has no preconditions; getpriority reads the calling thread's own value, and
+    // errno is cleared first because -1 is a valid answer.
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+        (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
+    }
+}
+
+/// Started on each authentication thread: lower its priority by `NICE_STEPS` (to at most 19).
+/// Raising one's own nice value needs no privilege; a refusal leaves the thread as it was.
+fn yield_to_the_relay() {
+    let Some(nice) = thread_nice() else { return };
+    // SAFETY: sets the calling thread's own nice value (its thread id, from gettid).
+    let rc = unsafe {
+        libc::setpriority(
+            libc::PRIO_PROCESS,
+            libc::gettid() as libc::id_t,
+            (nice + NICE_STEPS).min(19),
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(
+            "authentication thread keeps its priority: {}",
+            io::Error::last_os_error()
+        );
+    }
+}
 
 /// The bounded pool of authentication work; cheap to clone (one per process, shared).
 #[derive(Debug, Clone)]
@@ -107,6 +149,7 @@ impl AuthCpu {
                 match tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(self.inner.size)
                     .thread_name(THREAD_NAME)
+                    .on_thread_start(yield_to_the_relay)
                     .enable_all()
                     .build()
                 {
@@ -213,6 +256,16 @@ mod tests {
         }
         assert!(most.load(Ordering::SeqCst) <= 2);
         assert_eq!(AuthCpu::new(0).size(), 1);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn authentication_threads_run_below_the_callers_priority() {
+        let caller = thread_nice().unwrap();
+        let cpu = AuthCpu::new(1);
+        let theirs = cpu.run(thread_nice).await.unwrap().unwrap();
+        assert_eq!(theirs, (caller + NICE_STEPS).min(19));
+        // The caller (a relay worker) keeps its own.
+        assert_eq!(thread_nice().unwrap(), caller);
     }
 
     async fn socket_pair() -> (TcpStream, TcpStream) {
