@@ -134,10 +134,10 @@ async fn all_answer(clients: &[Client]) {
     }
 }
 
-fn packing_ini(mport: u16, spread: u32) -> String {
+fn packing_ini(mport: u16, workers: u32, spread: u32) -> String {
     Sluice::basic_ini(
         &format!(
-            "pool_mode = transaction\ndefault_pool_size = 4\n[sluice]\nworkers = 2\n\
+            "pool_mode = transaction\ndefault_pool_size = 4\n[sluice]\nworkers = {workers}\n\
              worker_spread_percent = {spread}\nmetrics_listen_addr = 127.0.0.1:{mport}"
         ),
         DATABASES,
@@ -148,7 +148,7 @@ fn packing_ini(mport: u16, spread: u32) -> String {
 async fn clients_gather_on_one_worker_when_idle_and_spread_under_load() {
     let u = new_role("packing").await;
     let mport = free_port();
-    let s = Sluice::builder(&packing_ini(mport, 0))
+    let s = Sluice::builder(&packing_ini(mport, 2, 0))
         .userlist(&format!("\"{u}\" \"{}\"\n", pooling_common::PW))
         .start();
     // Spread (0): the kernel hashes 16 connections over both workers (all on one: 1 in 32,768).
@@ -163,7 +163,7 @@ async fn clients_gather_on_one_worker_when_idle_and_spread_under_load() {
 
     // Packing on: after a few calm seconds one worker is active, and every client that runs a
     // transaction moves to it afterwards.
-    s.rewrite_config(&packing_ini(mport, 75));
+    s.rewrite_config(&packing_ini(mport, 2, 75));
     s.signal(nix::sys::signal::Signal::SIGHUP);
     let mut now = (0.0, 0.0, 0.0, 0.0);
     for _ in 0..100 {
@@ -192,7 +192,7 @@ async fn clients_gather_on_one_worker_when_idle_and_spread_under_load() {
     );
 
     // Under load past the threshold (1% of a CPU here), the second worker takes half the clients.
-    s.rewrite_config(&packing_ini(mport, 1));
+    s.rewrite_config(&packing_ini(mport, 2, 1));
     s.signal(nix::sys::signal::Signal::SIGHUP);
     let clients = std::sync::Arc::new(clients);
     let mut spread = (0.0, 0.0, 0.0, 0.0);
@@ -228,15 +228,7 @@ async fn clients_gather_on_one_worker_when_idle_and_spread_under_load() {
 async fn gathering_after_a_spread_goes_straight_to_the_workers_the_load_needs() {
     let u = new_role("gather").await;
     let mport = free_port();
-    let ini = |spread: u32| {
-        Sluice::basic_ini(
-            &format!(
-                "pool_mode = transaction\ndefault_pool_size = 4\n[sluice]\nworkers = 8\n\
-                 worker_spread_percent = {spread}\nmetrics_listen_addr = 127.0.0.1:{mport}"
-            ),
-            DATABASES,
-        )
-    };
+    let ini = |spread: u32| packing_ini(mport, 8, spread);
     let s = Sluice::builder(&ini(0))
         .userlist(&format!("\"{u}\" \"{}\"\n", pooling_common::PW))
         .start();

@@ -48,14 +48,11 @@ pub const NICE_STEPS: i32 = 5;
 
 /// The calling thread's nice value (Linux keeps one per thread).
 fn thread_nice() -> Option<i32> {
-    // SAFETY: gettid has no preconditions; getpriority reads the calling thread's own value, and
     // errno is cleared first because -1 is a valid answer.
-    unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        *libc::__errno_location() = 0;
-        let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
-        (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
-    }
+    nix::errno::Errno::clear();
+    // SAFETY: gettid has no preconditions; getpriority reads the calling thread's own value.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+    (nice != -1 || nix::errno::Errno::last_raw() == 0).then_some(nice)
 }
 
 /// Started on each authentication thread: lower its priority by `NICE_STEPS` (to at most 19).
