@@ -207,14 +207,16 @@ impl Anchor {
 
 impl Drop for Anchor {
     fn drop(&mut self) {
-        // PgBouncer itself (its pidfile), not only runuser around it.
+        // PgBouncer itself (its pidfile), not only runuser around it: SIGKILL to runuser is not
+        // passed on, so PgBouncer would outlive the test. While runuser still runs, PgBouncer
+        // does too, and may not have written its pidfile yet (it listens a moment before):
+        // `pid` waits for it.
         use nix::sys::signal::{kill, Signal};
         use nix::unistd::Pid;
-        let pid = fs::read_to_string(self.dir.path().join("pgbouncer.pid"))
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok());
+        let running = matches!(self.child.try_wait(), Ok(None));
+        let pid = if running { self.pid() } else { None };
         if let Some(pid) = pid {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
         }
         let _ = kill(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
         let _ = self.child.wait();
