@@ -18,7 +18,8 @@ with bench_user's SCRAM secret, so clients log in with SCRAM and the pooler pass
 
 Environment: SLUICE_BIN (required), PGBOUNCER_BIN (default /work/shared/anchors/pgbouncer-1.25.2,
 then /usr/sbin/pgbouncer), STORM_DURATION (default 20), STORM_LOGINS (2000), STORM_CONCURRENCY
-(50), STORM_REPEATS (1), STORM_TARGETS (pgbouncer,sluice), STORM_SELECT_DURATION (the -S run's
+(50), STORM_REPEATS (1), STORM_TARGETS (pgbouncer,sluice; also sluice_w1: Sluice with `workers = 1`),
+BENCH_SLUICE_EXTRA (pgbouncer.ini text appended to the `sluice` target's file), STORM_SELECT_DURATION (the -S run's
 length while a storm runs, default STORM_DURATION + 40: long enough that the storm ends inside it,
 so every storm login is measured against the load; a storm that still outlasts it is noted). Results: a table on stdout and
 bench/results/login-storm-<timestamp>.json. Run it on a quiet machine: the figures are CPU-bound.
@@ -146,13 +147,15 @@ def main():
         nofile = 8192
         # More clients at once than the -S run and the storm together.
         max_conn = 50 + CONCURRENCY + 200
-        specs = {"pgbouncer": (b.AS_PG, pgb, True), "sluice": ([], sluice_bin, False)}
+        specs = {"pgbouncer": (b.AS_PG, pgb, True, ""),
+                 "sluice": ([], sluice_bin, False, os.environ.get("BENCH_SLUICE_EXTRA", "")),
+                 "sluice_w1": ([], sluice_bin, False, "\n[sluice]\nworkers = 1\n")}
         for name in targets:
-            prefix, binary, owner_pg = specs[name]
+            prefix, binary, owner_pg, extra = specs[name]
             if not binary:
                 b.log(f"SKIPPING {name}: no binary")
                 continue
-            p = b.Pooler(name, prefix, binary, base, cluster, secrets, owner_pg, nofile, max_conn)
+            p = b.Pooler(name, prefix, binary, base, cluster, secrets, owner_pg, nofile, max_conn, extra_ini=extra)
             if not p.start():
                 b.log(f"SKIPPING {name}: failed to start\n{p.log_tail()}")
                 continue

@@ -10,7 +10,8 @@
 #      ended inside the storm's window, and the window's length;
 #   3. the same with the storm over TLS (PGSSLMODE=require);
 #   4. pooler CPU per login: `pgbench -C -c 20 -f select1` for T seconds as bench_user (SCRAM) and
-#      bench_md5 (md5): the pooler's CPU time over the run divided by the logins made.
+#      bench_md5 (md5), after STORM_SETTLE (5) quiet seconds: the pooler's CPU time over the run
+#      divided by the logins made.
 # Here (once): openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj /CN=localhost \
 #   -keyout .devb/tls/pooler.key -out .devb/tls/pooler.crt   (git-ignored; the bench's own key)
 # There: OUT=... bash .devb/storm.sh   (DEVB_SRC: the unpacked bundle, else .devb/bundle.tar.xz)
@@ -112,6 +113,10 @@ for target in ${STORM_TARGETS:-pgbouncer sluice}; do
     IFS=$'\t' read p50 p99 n ss logins failed <<< "$r"
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n' "${ROUND:-1}" $target "select-S-c50 storm=$m" $p50 $p99 $n "$ss" "$logins" "$failed" | tee -a $TSV
   done
+  # The CPU runs start after STORM_SETTLE quiet seconds (default 5): Sluice's worker packing
+  # gathers its clients onto fewer workers after 3 calm seconds, so a run started straight after the
+  # storms measured the gathering, not the steady state (PgBouncer waits the same).
+  sleep ${STORM_SETTLE:-5}
   for u in "bench_user bench_pass scram" "bench_md5 bench_md5_pass md5"; do set -- $u
     IFS=$'\t' read n us <<< "$(cpu_run $1 $2 $p)"
     printf '%s\t%s\t%s\t\t\t\t\t%s\t\t%s\n' "${ROUND:-1}" $target "cpu per $3 login (pgbench -C -c 20)" $n $us | tee -a $TSV
