@@ -147,7 +147,8 @@ impl AuthCpu {
                     .worker_threads(self.inner.size)
                     .thread_name(THREAD_NAME)
                     .on_thread_start(yield_to_the_relay)
-                    .enable_all()
+                    .enable_io()
+                    .enable_time()
                     .build()
                 {
                     Ok(rt) => Some(AuthRuntime(Some(rt))),

@@ -251,7 +251,12 @@ pub fn start(n: usize) -> io::Result<Started> {
     // SAFETY: pthread_self is always valid for the calling thread.
     let mut clocks = vec![cpu_clock(unsafe { libc::pthread_self() })];
     for id in 1..n.max(1) {
-        let rt = Builder::new_current_thread().enable_all().build()?;
+        // IO and timers only: signals are caught on worker 0 (main.rs), and no worker spawns
+        // processes, so the signal and process drivers would only cost each park a look at them.
+        let rt = Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
         handles.push(rt.handle().clone());
         let thread = std::thread::Builder::new()
             .name(format!("sluice-worker-{id}"))
