@@ -13,10 +13,29 @@ pub struct ClientCounts {
     inner: Mutex<Counts>,
 }
 
+/// Keyed by shared names: a login's `Admitted` holds a clone of the key, not a copy of the name.
 #[derive(Default)]
 struct Counts {
-    databases: HashMap<String, usize>,
-    users: HashMap<String, usize>,
+    databases: HashMap<Arc<str>, usize>,
+    users: HashMap<Arc<str>, usize>,
+}
+
+/// `name`'s key and count, if counted (the key cloned: one look-up gives both).
+fn counted(map: &HashMap<Arc<str>, usize>, name: &str) -> Option<(Arc<str>, usize)> {
+    map.get_key_value(name).map(|(k, n)| (k.clone(), *n))
+}
+
+/// One more client on a name whose key `counted` gave, or on a new name: the key, shared.
+fn count_in(map: &mut HashMap<Arc<str>, usize>, name: &str, known: Option<Arc<str>>) -> Arc<str> {
+    if let Some(key) = known {
+        if let Some(n) = map.get_mut(&*key) {
+            *n += 1;
+            return key;
+        }
+    }
+    let key: Arc<str> = Arc::from(name);
+    map.insert(key.clone(), 1);
+    key
 }
 
 /// Which limit refused a client.
@@ -39,8 +58,8 @@ impl Refused {
 /// One counted client: its database and user counts go down when it is dropped.
 pub struct Admitted {
     counts: Arc<ClientCounts>,
-    database: String,
-    user: String,
+    database: Arc<str>,
+    user: Arc<str>,
 }
 
 impl ClientCounts {
@@ -54,20 +73,20 @@ impl ClientCounts {
         user_limit: usize,
     ) -> Result<Admitted, Refused> {
         let mut c = self.inner.lock();
-        let on_db = c.databases.get(database).copied().unwrap_or(0);
-        if db_limit != 0 && on_db >= db_limit {
+        let on_db = counted(&c.databases, database);
+        if db_limit != 0 && on_db.as_ref().map_or(0, |d| d.1) >= db_limit {
             return Err(Refused::Database);
         }
-        let of_user = c.users.get(user).copied().unwrap_or(0);
-        if user_limit != 0 && of_user >= user_limit {
+        let of_user = counted(&c.users, user);
+        if user_limit != 0 && of_user.as_ref().map_or(0, |u| u.1) >= user_limit {
             return Err(Refused::User);
         }
-        *c.databases.entry(database.to_owned()).or_default() += 1;
-        *c.users.entry(user.to_owned()).or_default() += 1;
+        let database = count_in(&mut c.databases, database, on_db.map(|d| d.0));
+        let user = count_in(&mut c.users, user, of_user.map(|u| u.0));
         Ok(Admitted {
             counts: self.clone(),
-            database: database.to_owned(),
-            user: user.to_owned(),
+            database,
+            user,
         })
     }
 
@@ -91,10 +110,10 @@ impl Drop for Admitted {
             (&mut c.databases, &self.database),
             (&mut c.users, &self.user),
         ] {
-            if let Some(n) = map.get_mut(name.as_str()) {
+            if let Some(n) = map.get_mut(&**name) {
                 *n -= 1;
                 if *n == 0 {
-                    map.remove(name.as_str());
+                    map.remove(&**name);
                 }
             }
         }

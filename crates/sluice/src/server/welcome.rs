@@ -23,6 +23,10 @@ const MAX_SHARED_CLIENT_VALUES: usize = 64;
 /// (`mark_and_greet`).
 const MAX_VALUE_SETS: usize = 64;
 
+/// What follows the parameters in a welcome: BackendKeyData (17 bytes) and ReadyForQuery (6), with
+/// room to spare.
+const WELCOME_TAIL: usize = 32;
+
 #[derive(Debug)]
 pub struct Welcome {
     pub params: ParamMap,
@@ -104,7 +108,11 @@ impl Welcome {
             }
         };
         client.set_mark(mark);
-        out.extend_from_slice(self.untracked(tracked));
+        let untracked = self.untracked(tracked);
+        // One allocation for the whole welcome (the parameters, then BackendKeyData and
+        // ReadyForQuery, `WELCOME_TAIL`), instead of growing step by step behind AuthenticationOk.
+        out.reserve(untracked.len() + greeting.len() + WELCOME_TAIL);
+        out.extend_from_slice(untracked);
         out.extend_from_slice(&greeting);
     }
 
