@@ -45,7 +45,8 @@ command -v curl >/dev/null || missing+=(curl)
 # PgBouncer's own suite (scripts/pgbouncer-suite.sh): socat for two of its cases.
 command -v socat >/dev/null || missing+=(socat)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
-# Driver toolchains for the compat/ matrix (tests/tests/compat.rs; a missing one turns its cells SKIP).
+# Driver toolchains for the compat/ matrix (tests/tests/compat.rs; a missing one fails it, unless
+# SLUICE_ALLOW_MISSING_TOOLS=1).
 { command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' >/dev/null 2>&1; } || missing+=(python3 python3-venv)
 { command -v mvn >/dev/null && command -v javac >/dev/null; } || missing+=(maven default-jdk-headless)
 command -v go >/dev/null || missing+=(golang-go)
@@ -177,7 +178,8 @@ else
 fi
 
 # Fuzzing: every fuzz/ target for FUZZ_SECONDS in total (default 60) from the committed corpus;
-# installs nightly + cargo-fuzz when missing, SKIPs loudly without network; a crash fails the run.
+# installs nightly + cargo-fuzz when missing, fails loudly without network (SLUICE_ALLOW_MISSING_TOOLS=1:
+# a loud NOT RUN instead); a crash fails the run.
 if [ -n "${SLUICE_TEST_FILTER:-}" ] || [ "${SLUICE_SKIP_FUZZ:-0}" = 1 ]; then
     log "fuzzing skipped (SLUICE_TEST_FILTER or SLUICE_SKIP_FUZZ set)"
 else
