@@ -11,6 +11,11 @@ use parking_lot::Mutex;
 use sluice_config::{load_userlist, ConfigError};
 use sluice_protocol::StoredSecret;
 
+use crate::keyed_hash::NameKeys;
+
+/// User name -> secret (read at every login; only the auth file adds names).
+type Users = HashMap<String, StoredSecret, NameKeys>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FileStamp {
     path: String,
@@ -19,14 +24,14 @@ struct FileStamp {
 }
 
 pub struct Credentials {
-    users: ArcSwap<HashMap<String, StoredSecret>>,
+    users: ArcSwap<Users>,
     stamp: Mutex<Option<FileStamp>>,
 }
 
 impl Credentials {
     pub fn empty() -> Self {
         Credentials {
-            users: ArcSwap::from_pointee(HashMap::new()),
+            users: ArcSwap::from_pointee(Users::default()),
             stamp: Mutex::new(None),
         }
     }
@@ -36,7 +41,7 @@ impl Credentials {
     pub fn load(&self, path: Option<&str>) -> Result<bool, ConfigError> {
         let Some(path) = path.filter(|p| !p.is_empty()) else {
             *self.stamp.lock() = None;
-            self.users.store(Arc::new(HashMap::new()));
+            self.users.store(Arc::new(Users::default()));
             return Ok(true);
         };
         let meta = std::fs::metadata(path).map_err(|e| ConfigError::Io {
@@ -52,7 +57,7 @@ impl Credentials {
             return Ok(false);
         }
         let entries = load_userlist(Path::new(path))?;
-        let map: HashMap<String, StoredSecret> = entries
+        let map: Users = entries
             .into_iter()
             .map(|(u, s)| (u, StoredSecret::parse(&s)))
             .collect();

@@ -4,38 +4,63 @@
 //! together, and given back when the client leaves (`Admitted` is dropped with the session).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+
+use crate::keyed_hash::NameKeys;
 
 #[derive(Default)]
 pub struct ClientCounts {
     inner: Mutex<Counts>,
 }
 
-/// Keyed by shared names: a login's `Admitted` holds a clone of the key, not a copy of the name.
+/// One counter per name. A login's `Admitted` holds its two counters and gives its places back
+/// through them, without a look-up; counters nobody holds are dropped when a new name comes in and
+/// the map has grown (`Counts::make_room`), so auto-databases and passing users do not pile up.
 #[derive(Default)]
 struct Counts {
-    databases: HashMap<Arc<str>, usize>,
-    users: HashMap<Arc<str>, usize>,
+    databases: NameCounts,
+    users: NameCounts,
 }
 
-/// `name`'s key and count, if counted (the key cloned: one look-up gives both).
-fn counted(map: &HashMap<Arc<str>, usize>, name: &str) -> Option<(Arc<str>, usize)> {
-    map.get_key_value(name).map(|(k, n)| (k.clone(), *n))
+#[derive(Default)]
+struct NameCounts {
+    map: HashMap<Box<str>, Arc<AtomicUsize>, NameKeys>,
+    /// The size at which the next new name first drops the unheld counters.
+    prune_at: usize,
 }
 
-/// One more client on a name whose key `counted` gave, or on a new name: the key, shared.
-fn count_in(map: &mut HashMap<Arc<str>, usize>, name: &str, known: Option<Arc<str>>) -> Arc<str> {
-    if let Some(key) = known {
-        if let Some(n) = map.get_mut(&*key) {
-            *n += 1;
-            return key;
-        }
+/// The fewest names kept before unheld counters are dropped.
+const PRUNE_FLOOR: usize = 64;
+
+impl NameCounts {
+    /// The clients counted on `name`.
+    fn get(&self, name: &str) -> usize {
+        self.map.get(name).map_or(0, |c| c.load(Ordering::Relaxed))
     }
-    let key: Arc<str> = Arc::from(name);
-    map.insert(key.clone(), 1);
-    key
+
+    /// `name`'s counter, made when missing.
+    fn counter(&mut self, name: &str) -> Arc<AtomicUsize> {
+        if let Some(c) = self.map.get(name) {
+            return c.clone();
+        }
+        self.make_room();
+        let c = Arc::<AtomicUsize>::default();
+        self.map.insert(name.into(), c.clone());
+        c
+    }
+
+    /// Before a new name goes in: once the map has doubled since the last time, drop the counters
+    /// no `Admitted` holds (only the map does: a count of 0). Amortized, a login pays nothing.
+    fn make_room(&mut self) {
+        if self.map.len() < self.prune_at.max(PRUNE_FLOOR) {
+            return;
+        }
+        self.map.retain(|_, c| Arc::strong_count(c) > 1);
+        self.prune_at = self.map.len() * 2;
+    }
 }
 
 /// Which limit refused a client.
@@ -55,68 +80,56 @@ impl Refused {
     }
 }
 
-/// One counted client: its database and user counts go down when it is dropped.
+/// One counted client: its database's and user's counts go down when it is dropped.
 pub struct Admitted {
-    counts: Arc<ClientCounts>,
-    database: Arc<str>,
-    user: Arc<str>,
+    database: Arc<AtomicUsize>,
+    user: Arc<AtomicUsize>,
 }
 
 impl ClientCounts {
     /// Count a client of `database` logged in as `user`, unless that passes a limit (0 = none);
-    /// the database's limit is checked first, as PgBouncer does.
+    /// the database's limit is checked first, as PgBouncer does. Checked and counted under the
+    /// lock, so that logins at the same moment cannot pass a limit together; a client leaving at
+    /// the same time only lowers a count.
     pub fn admit(
-        self: &Arc<Self>,
+        &self,
         database: &str,
         user: &str,
         db_limit: usize,
         user_limit: usize,
     ) -> Result<Admitted, Refused> {
         let mut c = self.inner.lock();
-        let on_db = counted(&c.databases, database);
-        if db_limit != 0 && on_db.as_ref().map_or(0, |d| d.1) >= db_limit {
+        let on_db = c.databases.counter(database);
+        if db_limit != 0 && on_db.load(Ordering::Relaxed) >= db_limit {
             return Err(Refused::Database);
         }
-        let of_user = counted(&c.users, user);
-        if user_limit != 0 && of_user.as_ref().map_or(0, |u| u.1) >= user_limit {
+        let of_user = c.users.counter(user);
+        if user_limit != 0 && of_user.load(Ordering::Relaxed) >= user_limit {
             return Err(Refused::User);
         }
-        let database = count_in(&mut c.databases, database, on_db.map(|d| d.0));
-        let user = count_in(&mut c.users, user, of_user.map(|u| u.0));
+        on_db.fetch_add(1, Ordering::Relaxed);
+        of_user.fetch_add(1, Ordering::Relaxed);
         Ok(Admitted {
-            counts: self.clone(),
-            database,
-            user,
+            database: on_db,
+            user: of_user,
         })
     }
 
     /// Logged-in clients of a database (SHOW DATABASES current_client_connections).
     pub fn database(&self, name: &str) -> usize {
-        self.inner.lock().databases.get(name).copied().unwrap_or(0)
+        self.inner.lock().databases.get(name)
     }
 
     /// Logged-in clients of a user (SHOW USERS current_client_connections).
     pub fn user(&self, name: &str) -> usize {
-        self.inner.lock().users.get(name).copied().unwrap_or(0)
+        self.inner.lock().users.get(name)
     }
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let mut guard = self.counts.inner.lock();
-        let c = &mut *guard;
-        // Names that reach 0 leave the maps: auto-databases and passing users do not pile up.
-        for (map, name) in [
-            (&mut c.databases, &self.database),
-            (&mut c.users, &self.user),
-        ] {
-            if let Some(n) = map.get_mut(&**name) {
-                *n -= 1;
-                if *n == 0 {
-                    map.remove(&**name);
-                }
-            }
-        }
+        self.database.fetch_sub(1, Ordering::Relaxed);
+        self.user.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -126,7 +139,7 @@ mod tests {
 
     #[test]
     fn limits_count_per_database_and_login_user_and_give_back() {
-        let c = Arc::new(ClientCounts::default());
+        let c = ClientCounts::default();
         let a = c.admit("app", "alice", 2, 0).unwrap();
         let b = c.admit("app", "bob", 2, 0).unwrap();
         assert_eq!(c.admit("app", "carol", 2, 0).err(), Some(Refused::Database));
@@ -139,9 +152,23 @@ mod tests {
         let _o = c.admit("other", "alice", 2, 1).unwrap();
         drop(b);
         assert_eq!(c.database("app"), 0);
-        assert!(!c.inner.lock().databases.contains_key("app"));
         // The database's limit is checked first.
         let _x = c.admit("db", "u", 1, 1).unwrap();
         assert_eq!(c.admit("db", "u", 1, 1).err(), Some(Refused::Database));
+    }
+
+    #[test]
+    fn counters_nobody_holds_are_dropped_as_new_names_come() {
+        let c = ClientCounts::default();
+        let kept = c.admit("kept", "u", 0, 0).unwrap();
+        for i in 0..1000 {
+            drop(c.admit(&format!("auto{i}"), "u", 0, 0).unwrap());
+        }
+        let names = c.inner.lock().databases.map.len();
+        assert!(names <= 2 * PRUNE_FLOOR, "{names} database names kept");
+        // A held counter survives every prune, with its count.
+        assert_eq!(c.database("kept"), 1);
+        drop(kept);
+        assert_eq!((c.database("kept"), c.user("u")), (0, 0));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use sluice_config::AuthType;
+use sluice_config::{AuthType, Config};
 use sluice_protocol::{encode_backend_key_data, encode_ready_for_query, TransactionStatus};
 
 use super::join::{join_pool, SessionStart};
@@ -83,7 +83,7 @@ pub fn login<'a>(
                 }
                 None => auth.secret.as_ref(),
             };
-            let admitted = admit(app, &db, &info.user)?;
+            let admitted = admit(app, &cfg, &db, &info.user)?;
             if matches!(db, targets::FoundDb::Auto(_)) && !app.pools.knows_database(&info.database)
             {
                 // PgBouncer's line (it makes the database at lookup, Sluice once the client is in).
@@ -149,7 +149,7 @@ pub fn login<'a>(
         params.fill_tracked_from(&app.tracked, &welcome.params);
         welcome.share(&mut params);
         welcome.mark_and_greet(&app.tracked, &mut params, &mut client.wbuf);
-        let cancel = app.cancels.register(app.config().settings.peer_id);
+        let cancel = app.cancels.register(cfg.settings.peer_id);
         encode_backend_key_data(cancel.key, &mut client.wbuf);
         // login_notify_message: PgBouncer 1.25's NOTICE, before ReadyForQuery.
         if !cfg.settings.login_notify_message.is_empty() {
@@ -222,12 +222,12 @@ fn follow_auth_query_secret(
 /// deliberate difference, docs/compat.md), and one that never finishes its login holds no place.
 fn admit(
     app: &Arc<App>,
+    cfg: &Config,
     db: &sluice_config::DatabaseEntry,
     user: &str,
 ) -> Result<Admitted, EndReason> {
-    let cfg = app.config();
-    let db_limit = targets::db_client_limit(&cfg, db) as usize;
-    let user_limit = targets::user_client_limit(&cfg, user) as usize;
+    let db_limit = targets::db_client_limit(cfg, db) as usize;
+    let user_limit = targets::user_client_limit(cfg, user) as usize;
     app.client_counts
         .admit(&db.name, user, db_limit, user_limit)
         .map_err(|r| EndReason::Error(ClientNotice::new(sqlstate::PROTOCOL_VIOLATION, r.message())))

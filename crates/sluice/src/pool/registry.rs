@@ -3,6 +3,8 @@
 //! when (autodb_idle_timeout).
 
 use std::collections::HashMap;
+
+use crate::keyed_hash::NameKeys;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,18 +17,18 @@ use super::counter::ConnCounter;
 use super::{Pool, PoolKey, PoolSettings};
 
 pub struct PoolRegistry {
-    pools: RwLock<HashMap<PoolKey, Arc<Pool>>>,
-    db_servers: Mutex<HashMap<String, Arc<ConnCounter>>>,
-    user_servers: Mutex<HashMap<String, Arc<ConnCounter>>>,
+    pools: RwLock<HashMap<PoolKey, Arc<Pool>, NameKeys>>,
+    db_servers: Mutex<HashMap<String, Arc<ConnCounter>, NameKeys>>,
+    user_servers: Mutex<HashMap<String, Arc<ConnCounter>, NameKeys>>,
     connector: Arc<dyn Connector>,
     generation: AtomicU64,
     /// Copies of each pool's counters: one per worker (`StatsShards`).
     stat_shards: usize,
     /// Auto-databases without clients and servers, since when (PgBouncer's idle autodb list:
     /// gone from SHOW DATABASES, freed after autodb_idle_timeout).
-    idle_auto: Mutex<HashMap<String, Instant>>,
+    idle_auto: Mutex<HashMap<String, Instant, NameKeys>>,
     /// Pools without clients and servers, since when (pool_idle_timeout).
-    idle_pools: Mutex<HashMap<PoolKey, Instant>>,
+    idle_pools: Mutex<HashMap<PoolKey, Instant, NameKeys>>,
 }
 
 /// What the janitor needs to know of auto-databases, from the config of the moment.
@@ -41,14 +43,14 @@ pub struct AutoDatabases<'a> {
 impl PoolRegistry {
     pub fn new(connector: Arc<dyn Connector>, stat_shards: usize) -> Self {
         PoolRegistry {
-            pools: RwLock::new(HashMap::new()),
-            db_servers: Mutex::new(HashMap::new()),
-            user_servers: Mutex::new(HashMap::new()),
+            pools: RwLock::new(HashMap::default()),
+            db_servers: Mutex::new(HashMap::default()),
+            user_servers: Mutex::new(HashMap::default()),
             connector,
             generation: AtomicU64::new(1),
             stat_shards,
-            idle_auto: Mutex::new(HashMap::new()),
-            idle_pools: Mutex::new(HashMap::new()),
+            idle_auto: Mutex::new(HashMap::default()),
+            idle_pools: Mutex::new(HashMap::default()),
         }
     }
 
@@ -89,7 +91,11 @@ impl PoolRegistry {
         make: impl FnOnce() -> PoolSettings,
     ) -> Arc<Pool> {
         // A client for an idle auto-database makes it active again at once (SHOW DATABASES).
-        self.idle_auto.lock().remove(database);
+        let mut idle = self.idle_auto.lock();
+        if !idle.is_empty() {
+            idle.remove(database);
+        }
+        drop(idle);
         let names: &dyn KeyParts = &(database, user);
         if let Some(p) = self.pools.read().get(names) {
             if !p.is_removed() {
@@ -122,7 +128,7 @@ impl PoolRegistry {
 
     fn counter(
         &self,
-        map: &Mutex<HashMap<String, Arc<ConnCounter>>>,
+        map: &Mutex<HashMap<String, Arc<ConnCounter>, NameKeys>>,
         name: &str,
     ) -> Arc<ConnCounter> {
         map.lock().entry(name.to_string()).or_default().clone()
