@@ -153,7 +153,7 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async move {
         let write_pidfile = || {
             if let Some(p) = &pidfile_to_write {
-                if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+                if let Err(e) = sluice::process::write_pidfile(p) {
                     tracing::error!("cannot write pidfile {p}: {e}");
                     return false;
                 }

@@ -91,6 +91,22 @@ pub fn check_pidfile(path: &str) -> Result<(), String> {
     }
 }
 
+/// Write this process's pid to `path` as a whole: into a file beside it, then renamed over it, so
+/// that a reader (a second instance's `check_pidfile`, a service manager, a runbook's `kill $(cat
+/// ...)`) never sees the file empty or half-written, as it could between `write`'s truncation and
+/// its data. Where no file can be made beside it (a pidfile that exists in a directory this user
+/// cannot write), the file itself is overwritten.
+pub fn write_pidfile(path: &str) -> io::Result<()> {
+    let text = format!("{}\n", std::process::id());
+    let beside = format!("{path}.{}.tmp", std::process::id());
+    match std::fs::write(&beside, &text) {
+        Ok(()) => std::fs::rename(&beside, path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&beside);
+        }),
+        Err(_) => std::fs::write(path, text),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +149,24 @@ mod tests {
         assert_eq!(&buf[..len], b"READY=1");
         Notifier::none().send("READY=1");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_pidfile_is_written_whole_and_nothing_is_left_beside_it() {
+        let d = scratch("write");
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("sluice.pid");
+        std::fs::write(&p, "stale text that is longer than a pid\n").unwrap();
+        write_pidfile(p.to_str().unwrap()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            format!("{}\n", std::process::id())
+        );
+        let names: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [std::ffi::OsString::from("sluice.pid")]);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
