@@ -297,16 +297,22 @@ impl SluiceBuilder {
         (dir, port, log_path, child)
     }
 
-    /// Spawn sluice and wait (10 s) until its TCP port accepts connections; panics with the log otherwise.
-    pub fn start(self) -> Sluice {
+    /// Spawn sluice and return at once, before it is ready (tests of what happens during startup).
+    pub fn spawn_unready(self) -> Sluice {
         let (dir, port, log_path, child) = self.spawn();
-        let mut s = Sluice {
+        Sluice {
             port,
             socket_dir: dir.path().to_path_buf(),
             dir,
             child,
             log_path,
-        };
+        }
+    }
+
+    /// Spawn sluice and wait (10 s) until its TCP port accepts connections; panics with the log otherwise.
+    pub fn start(self) -> Sluice {
+        let mut s = self.spawn_unready();
+        let port = s.port;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(st)) = s.child.try_wait() {

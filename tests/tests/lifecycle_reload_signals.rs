@@ -462,6 +462,34 @@ async fn sigint_waits_for_servers_then_exits_and_tells_idle_clients_at_their_nex
     assert!(st.success(), "exit status {st}; log:\n{}", s.log());
 }
 
+/// A service script takes the pooler for started once its pidfile names it, or once its port
+/// answers (this harness's `start`), and both happen as soon as the listeners are bound: a SIGHUP
+/// at that moment must reload, not meet the signal's default action (exit) because the handlers
+/// came later. The pidfile is watched every millisecond and signalled the moment it appears;
+/// several rounds, as the window was a few milliseconds wide.
+#[tokio::test]
+async fn a_sighup_as_soon_as_the_pidfile_appears_reloads() {
+    let ini = Sluice::basic_ini("pidfile = {dir}/sluice.pid", &db_line("app", "app"));
+    for round in 0..6 {
+        let mut s = Sluice::builder(&ini).userlist(MD5_USERLIST).spawn_unready();
+        let pidfile = s.socket_dir.join("sluice.pid");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pidfile.exists() {
+            assert!(Instant::now() < deadline, "no pidfile; log:\n{}", s.log());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        s.signal(Signal::SIGHUP);
+        assert!(
+            wait_log(&s, "got SIGHUP", Duration::from_secs(5)).await,
+            "round {round}: no reload after a SIGHUP right at start (exit: {:?}); log:\n{}",
+            s.wait_exit(Duration::from_millis(10)),
+            s.log()
+        );
+        let c = s.connect("md5_user", "md5_pass", "app").await.unwrap();
+        assert_eq!(one(&c, "SELECT 'up'").await, "up", "round {round}");
+    }
+}
+
 #[tokio::test]
 async fn sigquit_exits_immediately() {
     let ini = Sluice::basic_ini("", &db_line("app", "app"));

@@ -151,6 +151,16 @@ fn main() -> ExitCode {
     } = started;
     let takeover = cli.takeover;
     let code = runtime.block_on(async move {
+        // Before anything binds: from `listen()` on, the kernel completes connections, so whoever
+        // starts us may take the port's answer (or the pidfile) for readiness and send a SIGHUP
+        // at once, which without a handler ends the process (its default action).
+        let signals = match Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("cannot install signal handlers: {e}");
+                return ExitCode::from(1);
+            }
+        };
         let write_pidfile = || {
             if let Some(p) = &pidfile_to_write {
                 if let Err(e) = sluice::process::write_pidfile(p) {
@@ -217,13 +227,6 @@ fn main() -> ExitCode {
             "Sluice {} started with {workers} worker threads",
             env!("CARGO_PKG_VERSION")
         );
-        let signals = match Signals::install() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!("cannot install signal handlers: {e}");
-                return ExitCode::from(1);
-            }
-        };
         if let Some(s) = successor {
             let old = s.old_pid;
             let serve: sluice::takeover::take::ServeAdopted =
@@ -257,9 +260,9 @@ fn main() -> ExitCode {
     code
 }
 
-/// The signals Sluice answers, registered with the runtime. Made before the listeners accept and
-/// before READY=1 goes to systemd: a SIGHUP that comes right after would otherwise meet the
-/// default action (exit) while the handling task has not run yet.
+/// The signals Sluice answers, registered with the runtime. Made before the listeners are bound
+/// (and so before READY=1 goes to systemd): a SIGHUP that comes once the port answers would
+/// otherwise meet the default action (exit) while the handling task has not run yet.
 struct Signals {
     hup: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,

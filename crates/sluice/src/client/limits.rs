@@ -18,7 +18,7 @@ pub struct ClientCounts {
 
 /// One counter per name. A login's `Admitted` holds its two counters and gives its places back
 /// through them, without a look-up; counters nobody holds are dropped when a new name comes in and
-/// the map has grown (`Counts::make_room`), so auto-databases and passing users do not pile up.
+/// the map has grown (`NameCounts::make_room`), so auto-databases and passing users do not pile up.
 #[derive(Default)]
 struct Counts {
     databases: NameCounts,
