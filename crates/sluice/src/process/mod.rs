@@ -154,7 +154,6 @@ mod tests {
     #[test]
     fn the_pidfile_is_written_whole_and_nothing_is_left_beside_it() {
         let d = scratch("write");
-        std::fs::create_dir_all(&d).unwrap();
         let p = d.join("sluice.pid");
         std::fs::write(&p, "stale text that is longer than a pid\n").unwrap();
         write_pidfile(p.to_str().unwrap()).unwrap();
