@@ -13,14 +13,7 @@
 # commit it with the figures (GIT_COMMIT: the commit the sluice binary was built from).
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
-nproc; [ -d /tmp/src/root ] || { mkdir -p /tmp/src && tar -xJf $D/bundle.tar.xz -C /tmp/src; } || exit 1
-[ -f "$OUT/machine.txt" ] || { echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "nproc: $(nproc)"
-  echo "cpu_model: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-  echo "memory: $(free -m | awk '/^Mem:/{print $2 " MiB"}')"; echo "kernel: $(uname -srvm)"
-  echo "git_commit: ${GIT_COMMIT:-$(git -C "$D/.." rev-parse HEAD 2>/dev/null || echo unknown)}"
-  for b in /tmp/src/root/pgbouncer /tmp/src/root/pg_doorman /tmp/src/root/sluice $D/sluice-old; do
-    [ -x "$b" ] && echo "$(basename "$b"): $(/tmp/src/root/libs/ld-linux-x86-64.so.2 --library-path /tmp/src/root/libs "$b" --version 2>&1 | head -1)"
-  done; } > "$OUT/machine.txt"
+. "$D/machine.sh"
 OLD=""; [ -x $D/sluice-old ] && { cp $D/sluice-old /tmp/sluice-old; chmod 755 /tmp/sluice-old; OLD=1; }
 export DEVB_SRC=/tmp/src DEVB_SECS=${SECS:-10} DEVB_SKIP_DIRECT=1
 A=$OUT; touch $A/all.tsv

@@ -15,7 +15,9 @@
 # Here (once): openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj /CN=localhost \
 #   -keyout .devb/tls/pooler.key -out .devb/tls/pooler.crt   (git-ignored; the bench's own key)
 # There: OUT=... bash .devb/storm.sh   (DEVB_SRC: the unpacked bundle, else .devb/bundle.tar.xz)
-# Output: $OUT/storm.tsv (one row per pooler and measurement) and $OUT/storm-<target>.log.
+# Output: $OUT/storm.tsv (one row per pooler and measurement), $OUT/storm-r<round>/ (pgbench's and
+# the poolers' output) and $OUT/threads-r<round>.txt: per thread of the pooler over each step-4 run,
+# its CPU ticks and its sleeps (voluntary context switches: waits for an event), and per login.
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 OUTD=${OUT:-/tmp/stormout}; mkdir -p "$OUTD"
@@ -93,11 +95,22 @@ select_run() { # $1 tag, $2 storm (none|scram|tls); prints p50 p99 count storm_s
   fi
   printf '%s\t%s\t%s\t%s\n' "$(pcts $pre $t0 $t1)" "$ss" "$logins" "$failed"
 }
+# One line per thread of pid $1: tid, name, CPU ticks (user + system), voluntary and involuntary
+# context switches (a voluntary one is a sleep: the thread waited for an event and was woken).
+threads_of() { for t in /proc/$1/task/*; do
+  printf '%s %s %s %s\n' "${t##*/}" "$(tr ' ' _ < $t/comm)" "$(cut -d')' -f2 $t/stat | awk '{print $12 + $13}')" \
+    "$(awk '/^voluntary_ctxt/{v=$2} /^nonvoluntary_ctxt/{n=$2} END{print v, n}' $t/status)"; done 2>/dev/null; }
+# Per thread over a run: ticks, wake-ups (voluntary switches) and wake-ups per login ($3 logins).
+thread_deltas() { awk -v n=$3 'NR==FNR {c[$1]=$3; v[$1]=$4; i[$1]=$5; next}
+  { dc=$3-c[$1]; dv=$4-v[$1]; di=$5-i[$1]; tc+=dc; tv+=dv
+    if (dc > 0 || dv > 0) printf "%-8s %-18s ticks %6d  sleeps %8d  involuntary %6d  sleeps/login %.3f\n", $1, $2, dc, dv, di, (n>0 ? dv/n : 0) }
+  END { printf "all threads: ticks %d, sleeps %d, sleeps per login %.3f (%d logins)\n", tc, tv, (n>0 ? tv/n : 0), n }' "$1" "$2"; }
 cpu_run() { # $1 user, $2 password, $3 pid; prints logins and µs of pooler CPU per login
-  local c0; c0=$(cpu_of $3)
+  local c0; c0=$(cpu_of $3); threads_of $3 > $W/threads0
   local out; out=$(PGPASSWORD=$2 PGSSLMODE=disable run $PGB/pgbench -n -h 127.0.0.1 -p 19533 -U $1 -C -f $W/select1.sql \
-    -c 20 -j 4 -T $T postgres 2>&1); local c1; c1=$(cpu_of $3)
+    -c 20 -j 4 -T $T postgres 2>&1); local c1; c1=$(cpu_of $3); threads_of $3 > $W/threads1
   local n; n=$(echo "$out" | awk '/number of transactions actually processed/{split($6,a,"/"); print a[1]; exit}')
+  { echo "== $CPU_TAG: per thread over pgbench -C -c 20 -T $T as $1"; thread_deltas $W/threads0 $W/threads1 ${n:-0}; } >> $W/threads.txt
   printf '%s\t%s\n' "$n" "$(awk -v a=$c0 -v b=$c1 -v hz=$hz -v n=${n:-0} 'BEGIN{ if (n>0) printf "%.0f",(b-a)/hz*1e6/n; else print "NA"}')"
 }
 for target in ${STORM_TARGETS:-pgbouncer sluice}; do
@@ -118,9 +131,11 @@ for target in ${STORM_TARGETS:-pgbouncer sluice}; do
   # storms measured the gathering, not the steady state (PgBouncer waits the same).
   sleep ${STORM_SETTLE:-5}
   for u in "bench_user bench_pass scram" "bench_md5 bench_md5_pass md5"; do set -- $u
-    IFS=$'\t' read n us <<< "$(cpu_run $1 $2 $p)"
+    IFS=$'\t' read n us <<< "$(CPU_TAG="round ${ROUND:-1} $target $3" cpu_run $1 $2 $p)"
     printf '%s\t%s\t%s\t\t\t\t\t%s\t\t%s\n' "${ROUND:-1}" $target "cpu per $3 login (pgbench -C -c 20)" $n $us | tee -a $TSV
   done
   kill -TERM $p; for i in $(seq 1 50); do kill -0 $p 2>/dev/null || break; sleep 0.1; done; kill -9 $p 2>/dev/null
   mkdir -p $OUTD/storm-r${ROUND:-1}; cp $W/*.txt $W/storm-$target.log $OUTD/storm-r${ROUND:-1}/ 2>/dev/null; rm -f $W/*.sel.txt $W/*.storm.txt
 done
+# Beside the archive (device.sh packs the storm-r* folders): what each thread did per login.
+cp $W/threads.txt $OUTD/threads-r${ROUND:-1}.txt 2>/dev/null
