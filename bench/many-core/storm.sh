@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/login_storm.py's method on the many-core machine, from the devbench bundle (no Python there):
 # for PgBouncer 1.25.2 (one process) and Sluice (default workers; STORM_TARGETS may add sluice-wN
-# for `workers = N`), each fronting the bundle's
+# for `workers = N`, and sluice-old for .devb/sluice-old), each fronting the bundle's
 # PostgreSQL with auth_type = md5 and bench_user's SCRAM secret in the userlist (clients log in
 # with SCRAM), transaction pooling, pool 20:
 #   1. `pgbench -S -c 50 -j 8` alone for T seconds: latency p50/p99 (pgbench --log);
@@ -114,9 +114,11 @@ cpu_run() { # $1 user, $2 password, $3 pid; prints logins and µs of pooler CPU 
   printf '%s\t%s\n' "$n" "$(awk -v a=$c0 -v b=$c1 -v hz=$hz -v n=${n:-0} 'BEGIN{ if (n>0) printf "%.0f",(b-a)/hz*1e6/n; else print "NA"}')"
 }
 for target in ${STORM_TARGETS:-pgbouncer sluice}; do
-  # sluice-wN: Sluice with `workers = N` (sluice: the default, one per CPU)
+  # sluice-wN: Sluice with `workers = N` (sluice: the default, one per CPU); sluice-old: the binary
+  # .devb/sluice-old (an earlier or differently built Sluice, as in run.sh), default workers
   ini=$W/pooler.ini
   case $target in pgbouncer) BIN=$R/pgbouncer;; sluice) BIN=$R/sluice;;
+    sluice-old) BIN=$W/sluice-old; cp "$D/sluice-old" $BIN && chmod 755 $BIN || { echo "no $D/sluice-old"; continue; };;
     sluice-w*) BIN=$R/sluice; ini=$W/$target.ini; { cat $W/pooler.ini; printf '[sluice]\nworkers = %s\n' ${target#sluice-w}; } > $ini; chown 65534 $ini;; esac
   "${AS[@]}" "$LDSO" --library-path "$R/libs" $BIN $ini > $W/storm-$target.log 2>&1 &
   p=$!; PIDS+=($p)
