@@ -45,6 +45,8 @@ command -v curl >/dev/null || missing+=(curl)
 # PgBouncer's own suite (scripts/pgbouncer-suite.sh): socat for two of its cases.
 command -v socat >/dev/null || missing+=(socat)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+# The openssl command makes the throwaway certificates of bench/pgo_train.py (tests/tests/pgo_train.rs).
+command -v openssl >/dev/null || missing+=(openssl)
 # Driver toolchains for the compat/ matrix (tests/tests/compat.rs; a missing one fails it, unless
 # SLUICE_ALLOW_MISSING_TOOLS=1).
 { command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' >/dev/null 2>&1; } || missing+=(python3 python3-venv)
@@ -75,7 +77,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # What the packages should have brought.
 for tool in initdb:postgresql pgbench:postgresql psql:postgresql cc:build-essential \
-    python3:python3 socat:socat go:golang-go systemd-analyze:systemd groff:groff-base buildah:buildah; do
+    python3:python3 openssl:openssl socat:socat go:golang-go systemd-analyze:systemd groff:groff-base buildah:buildah; do
     name=${tool%%:*}
     if [ "$name" = initdb ]; then have_pg_server && continue
     elif command -v "$name" >/dev/null 2>&1; then continue; fi
