@@ -18,7 +18,7 @@ with bench_user's SCRAM secret, so clients log in with SCRAM and the pooler pass
 
 Environment: SLUICE_BIN (required), PGBOUNCER_BIN (default /work/shared/anchors/pgbouncer-1.25.2,
 then /usr/sbin/pgbouncer), STORM_DURATION (default 20), STORM_LOGINS (2000), STORM_CONCURRENCY
-(50), STORM_REPEATS (1), STORM_TARGETS (pgbouncer,sluice; also sluice_w1: Sluice with `workers = 1`),
+(50), STORM_REPEATS (1), STORM_SETTLE (5: quiet seconds before the CPU runs), STORM_TARGETS (pgbouncer,sluice; also sluice_w1: Sluice with `workers = 1`),
 BENCH_SLUICE_EXTRA (pgbouncer.ini text appended to the `sluice` target's file), STORM_SELECT_DURATION (the -S run's
 length while a storm runs, default STORM_DURATION + 40: long enough that the storm ends inside it,
 so every storm login is measured against the load; a storm that still outlasts it is noted). Results: a table on stdout and
@@ -46,6 +46,10 @@ LOGINS = env_int("STORM_LOGINS", 2000)
 CONCURRENCY = env_int("STORM_CONCURRENCY", 50)
 REPEATS = env_int("STORM_REPEATS", 1)
 SELECT_DURATION = env_int("STORM_SELECT_DURATION", DURATION + 40)
+# Quiet seconds before the CPU runs, as bench/many-core/storm.sh waits (STORM_SETTLE there too):
+# Sluice's worker packing gathers clients onto fewer workers after 3 calm seconds, so a CPU run
+# started straight after the storms would measure that transient, not the steady state.
+SETTLE = env_int("STORM_SETTLE", 5)
 
 
 def pgbench(port, user, args, env_extra=None, log_prefix=None):
@@ -169,6 +173,7 @@ def main():
                 for tag, storm in (("alone", None), ("scram_storm", {}), ("tls_scram_storm", {"PGSSLMODE": "require"})):
                     b.log(f"repeat {rep + 1}: {name}: pgbench -S -c 50, {tag}")
                     row[tag] = select_run(p, base, f"{tag}-{rep}", storm)
+                time.sleep(SETTLE)
                 for tag, user in (("scram_login", b.USER), ("md5_login", b.MD5_USER)):
                     b.log(f"repeat {rep + 1}: {name}: CPU per {tag}")
                     row[tag] = cpu_per_login(p, base, user)

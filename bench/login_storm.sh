@@ -13,7 +13,7 @@ bench_pgbouncer || exit 1
 SLUICE_BIN=$(readlink -f "${SLUICE_BIN:-target/release/sluice}")
 [ -x "$SLUICE_BIN" ] || { echo "==> no sluice at $SLUICE_BIN: cargo build --release -p sluice" >&2; exit 1; }
 export SLUICE_BIN
-BENCH_COMMAND="bench/login_storm.sh (STORM_REPEATS=${STORM_REPEATS:-1} STORM_DURATION=${STORM_DURATION:-20} STORM_SELECT_DURATION=${STORM_SELECT_DURATION:-default} STORM_LOGINS=${STORM_LOGINS:-2000} STORM_CONCURRENCY=${STORM_CONCURRENCY:-50})"
+BENCH_COMMAND="bench/login_storm.sh (STORM_REPEATS=${STORM_REPEATS:-1} STORM_DURATION=${STORM_DURATION:-20} STORM_SELECT_DURATION=${STORM_SELECT_DURATION:-default} STORM_LOGINS=${STORM_LOGINS:-2000} STORM_CONCURRENCY=${STORM_CONCURRENCY:-50} STORM_SETTLE=${STORM_SETTLE:-5})"
 export BENCH_COMMAND
 bench_results_init login-storm
 python3 bench/login_storm.py 2>&1 | tee "$BENCH_OUT/stdout.txt"
