@@ -7,7 +7,7 @@
 # paths take 18 % fewer instructions and a third of the misses (docs/performance.md, "Profile-guided
 # build"). The output is `target/pgo/sluice`; `cargo build --release` is left as it is.
 #
-#   scripts/build-pgo.sh            # about 12 minutes on 2 cores (two release builds + ~40 s of training)
+#   scripts/build-pgo.sh            # 17 minutes on 2 cores here (two release builds from scratch, ~1 min of training)
 #
 # Needs what the tests need (PostgreSQL, pgbench, python3: scripts/test.sh installs them) and
 # rustup's llvm-tools component for llvm-profdata (added here when missing). As root, PostgreSQL
@@ -23,8 +23,6 @@ if [ ! -x "$profdata" ]; then
 fi
 out="$root/target/pgo"
 rm -rf "$out/profiles"; mkdir -p "$out/profiles"
-# The profile directory is written by the instrumented binary, which may run as another user.
-chmod 777 "$out/profiles"
 echo "==> 1/3: instrumented build (target/pgo/gen)"
 RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$out/profiles" CARGO_TARGET_DIR="$out/gen" \
     cargo build --release -p sluice

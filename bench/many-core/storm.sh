@@ -110,7 +110,7 @@ cpu_run() { # $1 user, $2 password, $3 pid; prints logins and µs of pooler CPU 
   local out; out=$(PGPASSWORD=$2 PGSSLMODE=disable run $PGB/pgbench -n -h 127.0.0.1 -p 19533 -U $1 -C -f $W/select1.sql \
     -c 20 -j 4 -T $T postgres 2>&1); local c1; c1=$(cpu_of $3); threads_of $3 > $W/threads1
   local n; n=$(echo "$out" | awk '/number of transactions actually processed/{split($6,a,"/"); print a[1]; exit}')
-  { echo "== $CPU_TAG: per thread over pgbench -C -c 20 -T $T as $1"; thread_deltas $W/threads0 $W/threads1 ${n:-0}; } >> $W/threads.txt
+  { echo "== $CPU_TAG: per thread over pgbench -C -c 20 -T $T as $1"; thread_deltas $W/threads0 $W/threads1 ${n:-0}; } >> $W/threads.log
   printf '%s\t%s\n' "$n" "$(awk -v a=$c0 -v b=$c1 -v hz=$hz -v n=${n:-0} 'BEGIN{ if (n>0) printf "%.0f",(b-a)/hz*1e6/n; else print "NA"}')"
 }
 for target in ${STORM_TARGETS:-pgbouncer sluice}; do
@@ -140,4 +140,4 @@ for target in ${STORM_TARGETS:-pgbouncer sluice}; do
   mkdir -p $OUTD/storm-r${ROUND:-1}; cp $W/*.txt $W/storm-$target.log $OUTD/storm-r${ROUND:-1}/ 2>/dev/null; rm -f $W/*.sel.txt $W/*.storm.txt
 done
 # Beside the archive (device.sh packs the storm-r* folders): what each thread did per login.
-cp $W/threads.txt $OUTD/threads-r${ROUND:-1}.txt 2>/dev/null
+cp $W/threads.log $OUTD/threads-r${ROUND:-1}.txt 2>/dev/null
