@@ -251,8 +251,10 @@ pub fn start(n: usize) -> io::Result<Started> {
     // SAFETY: pthread_self is always valid for the calling thread.
     let mut clocks = vec![cpu_clock(unsafe { libc::pthread_self() })];
     for id in 1..n.max(1) {
-        // IO and timers only: signals are caught on worker 0 (main.rs), and no worker spawns
-        // processes, so the signal and process drivers would only cost each park a look at them.
+        // IO and timers: signals are caught on worker 0 (main.rs). (Tokio layers its signal
+        // driver, and its process driver when that feature is compiled in, on every runtime with
+        // IO; Sluice spawns no processes, so the workspace leaves tokio's `process` feature out: its
+        // driver took two process-wide locks after every park of every worker.)
         let rt = Builder::new_current_thread()
             .enable_io()
             .enable_time()
