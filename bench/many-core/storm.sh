@@ -11,7 +11,10 @@
 #   3. the same with the storm over TLS (PGSSLMODE=require);
 #   4. pooler CPU per login: `pgbench -C -c 20 -f select1` for T seconds as bench_user (SCRAM) and
 #      bench_md5 (md5), after STORM_SETTLE (5) quiet seconds: the pooler's CPU time over the run
-#      divided by the logins made.
+#      divided by the logins made;
+#   5. with STORM_RATES (e.g. "2000 5000 10000"): step 4's md5 run again at each of these login
+#      rates (`pgbench -R`), so that the poolers are compared at the same rate, not only flat out.
+# STORM_STEPS (default "select cpu") picks steps 1-3 (select) and 4-5 (cpu).
 # Here (once): openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj /CN=localhost \
 #   -keyout .devb/tls/pooler.key -out .devb/tls/pooler.crt   (git-ignored; the bench's own key)
 # There: OUT=... bash .devb/storm.sh   (DEVB_SRC: the unpacked bundle, else .devb/bundle.tar.xz)
@@ -105,25 +108,28 @@ thread_deltas() { awk -v n=$3 'NR==FNR {c[$1]=$3; v[$1]=$4; i[$1]=$5; next}
   { dc=$3-c[$1]; dv=$4-v[$1]; di=$5-i[$1]; tc+=dc; tv+=dv
     if (dc > 0 || dv > 0) printf "%-8s %-18s ticks %6d  sleeps %8d  involuntary %6d  sleeps/login %.3f\n", $1, $2, dc, dv, di, (n>0 ? dv/n : 0) }
   END { printf "all threads: ticks %d, sleeps %d, sleeps per login %.3f (%d logins)\n", tc, tv, (n>0 ? tv/n : 0), n }' "$1" "$2"; }
-cpu_run() { # $1 user, $2 password, $3 pid; prints logins and µs of pooler CPU per login
-  local c0; c0=$(cpu_of $3); threads_of $3 > $W/threads0
+cpu_run() { # $1 user, $2 password, $3 pid, $4 login rate (none: flat out); prints logins and µs of pooler CPU per login
+  local rate=() c0; [ -n "${4:-}" ] && rate=(-R $4); c0=$(cpu_of $3); threads_of $3 > $W/threads0
   local out; out=$(PGPASSWORD=$2 PGSSLMODE=disable run $PGB/pgbench -n -h 127.0.0.1 -p 19533 -U $1 -C -f $W/select1.sql \
-    -c 20 -j 4 -T $T postgres 2>&1); local c1; c1=$(cpu_of $3); threads_of $3 > $W/threads1
+    -c 20 -j 4 -T $T "${rate[@]}" postgres 2>&1); local c1; c1=$(cpu_of $3); threads_of $3 > $W/threads1
   local n; n=$(echo "$out" | awk '/number of transactions actually processed/{split($6,a,"/"); print a[1]; exit}')
-  { echo "== $CPU_TAG: per thread over pgbench -C -c 20 -T $T as $1"; thread_deltas $W/threads0 $W/threads1 ${n:-0}; } >> $W/threads.log
+  { echo "== $CPU_TAG: per thread over pgbench -C -c 20 -T $T ${rate[*]} as $1"; thread_deltas $W/threads0 $W/threads1 ${n:-0}; } >> $W/threads.log
   printf '%s\t%s\n' "$n" "$(awk -v a=$c0 -v b=$c1 -v hz=$hz -v n=${n:-0} 'BEGIN{ if (n>0) printf "%.0f",(b-a)/hz*1e6/n; else print "NA"}')"
 }
 for target in ${STORM_TARGETS:-pgbouncer sluice}; do
   # sluice-wN: Sluice with `workers = N` (sluice: the default, one per CPU); sluice-old: the binary
-  # .devb/sluice-old (an earlier or differently built Sluice, as in run.sh), default workers
+  # .devb/sluice-old (an earlier or differently built Sluice, as in run.sh), default workers;
+  # sluice-old-wN: that binary with `workers = N`
   ini=$W/pooler.ini
-  case $target in pgbouncer) BIN=$R/pgbouncer;; sluice) BIN=$R/sluice;;
-    sluice-old) BIN=$W/sluice-old; cp "$D/sluice-old" $BIN && chmod 755 $BIN || { echo "no $D/sluice-old"; continue; };;
-    sluice-w*) BIN=$R/sluice; ini=$W/$target.ini; { cat $W/pooler.ini; printf '[sluice]\nworkers = %s\n' ${target#sluice-w}; } > $ini; chown 65534 $ini;; esac
+  case $target in pgbouncer) BIN=$R/pgbouncer;; sluice|sluice-w*) BIN=$R/sluice;;
+    sluice-old|sluice-old-w*) BIN=$W/sluice-old; cp "$D/sluice-old" $BIN && chmod 755 $BIN || { echo "no $D/sluice-old"; continue; };; esac
+  case $target in sluice-w*|sluice-old-w*)
+    ini=$W/$target.ini; { cat $W/pooler.ini; printf '[sluice]\nworkers = %s\n' ${target##*-w}; } > $ini; chown 65534 $ini;; esac
   "${AS[@]}" "$LDSO" --library-path "$R/libs" $BIN $ini > $W/storm-$target.log 2>&1 &
   p=$!; PIDS+=($p)
   for i in $(seq 1 50); do PGPASSWORD=bench_pass run $PGB/psql "host=127.0.0.1 port=19533 user=bench_user dbname=postgres sslmode=disable" -Atc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
-  for m in none scram tls; do
+  case " ${STORM_STEPS:-select cpu} " in *" select "*) ms="none scram tls";; *) ms="";; esac
+  for m in $ms; do
     r=$(select_run $target-$m $m); echo "$r" | grep '^  ('; r=$(echo "$r" | grep -v '^  (')
     IFS=$'\t' read p50 p99 n ss logins failed <<< "$r"
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n' "${ROUND:-1}" $target "select-S-c50 storm=$m" $p50 $p99 $n "$ss" "$logins" "$failed" | tee -a $TSV
@@ -131,11 +137,15 @@ for target in ${STORM_TARGETS:-pgbouncer sluice}; do
   # The CPU runs start after STORM_SETTLE quiet seconds (default 5): Sluice's worker packing
   # gathers its clients onto fewer workers after 3 calm seconds, so a run started straight after the
   # storms measured the gathering, not the steady state (PgBouncer waits the same).
+  case " ${STORM_STEPS:-select cpu} " in *" cpu "*)
   sleep ${STORM_SETTLE:-5}
-  for u in "bench_user bench_pass scram" "bench_md5 bench_md5_pass md5"; do set -- $u
-    IFS=$'\t' read n us <<< "$(CPU_TAG="round ${ROUND:-1} $target $3" cpu_run $1 $2 $p)"
-    printf '%s\t%s\t%s\t\t\t\t\t%s\t\t%s\n' "${ROUND:-1}" $target "cpu per $3 login (pgbench -C -c 20)" $n $us | tee -a $TSV
-  done
+  # The rate runs (lowest first) come before the flat-out md5 run: a worker spread that flat-out
+  # load causes would last into a following low-rate run for the 3 calm seconds gathering waits.
+  for u in "bench_user bench_pass scram" $(for r in ${STORM_RATES:-}; do echo "bench_md5/bench_md5_pass/md5/$r"; done) \
+           "bench_md5 bench_md5_pass md5"; do set -- ${u//\// }
+    IFS=$'\t' read n us <<< "$(CPU_TAG="round ${ROUND:-1} $target $3${4:+ at $4/s}" cpu_run $1 $2 $p ${4:-})"
+    printf '%s\t%s\t%s\t\t\t\t\t%s\t\t%s\n' "${ROUND:-1}" $target "cpu per $3 login${4:+ at $4/s} (pgbench -C -c 20${4:+ -R $4})" $n $us | tee -a $TSV
+  done;; esac
   kill -TERM $p; for i in $(seq 1 50); do kill -0 $p 2>/dev/null || break; sleep 0.1; done; kill -9 $p 2>/dev/null
   mkdir -p $OUTD/storm-r${ROUND:-1}; cp $W/*.txt $W/storm-$target.log $OUTD/storm-r${ROUND:-1}/ 2>/dev/null; rm -f $W/*.sel.txt $W/*.storm.txt
 done
