@@ -29,8 +29,7 @@ pub struct ClientConn {
     pub wbuf: BytesMut,
     pub peer: PeerAddr,
     /// Database and user once the startup packet named them, for log lines (see `label`).
-    /// Boxed, as `tls`: every client's task holds this struct for its whole life.
-    pub names: Option<Box<(String, String)>>,
+    pub names: Option<ClientNames>,
     /// SUSPEND: where the idle loop and the relay stop reading (carried here so that the relay
     /// reaches it without another argument).
     pub suspend: Arc<SuspendGate>,
@@ -62,7 +61,7 @@ impl ClientConn {
     pub fn label(&self) -> Label<'_> {
         Label {
             peer: &self.peer,
-            names: self.names.as_deref(),
+            names: self.names.as_ref(),
         }
     }
 
@@ -100,17 +99,45 @@ impl Drop for ClientConn {
     }
 }
 
+/// A client's database and user names, for its log lines: one allocation (a login used to make
+/// three here: a box and two copies of the strings), the two names apart by a NUL, which neither
+/// can hold (the startup packet's strings end at one). 16 bytes where it is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientNames(Box<str>);
+
+impl ClientNames {
+    pub fn new(database: &str, user: &str) -> Self {
+        let mut both = String::with_capacity(database.len() + 1 + user.len());
+        both.push_str(database);
+        both.push('\0');
+        both.push_str(user);
+        ClientNames(both.into_boxed_str())
+    }
+
+    fn split(&self) -> (&str, &str) {
+        self.0.split_once('\0').unwrap_or((&self.0, ""))
+    }
+
+    pub fn database(&self) -> &str {
+        self.split().0
+    }
+
+    pub fn user(&self) -> &str {
+        self.split().1
+    }
+}
+
 /// See [`ClientConn::label`]. Borrows only the two fields it shows, so that a relay holding the
 /// connection's other fields mutably can still name the client in a log line.
 #[derive(Clone, Copy)]
 pub struct Label<'a> {
     pub peer: &'a PeerAddr,
-    pub names: Option<&'a (String, String)>,
+    pub names: Option<&'a ClientNames>,
 }
 
 impl fmt::Display for Label<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.names {
+        match self.names.map(ClientNames::split) {
             Some((database, user)) => write!(f, "{database}/{user}@{}", self.peer),
             None => write!(f, "@{}", self.peer),
         }
@@ -137,4 +164,30 @@ pub struct TlsFacts {
     pub channel_binding: Option<Vec<u8>>,
     /// PgBouncer's `tls` column text ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519").
     pub description: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_keep_both_parts_and_label_a_client() {
+        let peer = PeerAddr::Tcp("10.0.0.7:5000".parse().unwrap());
+        // A database name may hold a slash; the two names are kept apart all the same.
+        let n = ClientNames::new("app/db", "alice");
+        assert_eq!((n.database(), n.user()), ("app/db", "alice"));
+        let label = Label {
+            peer: &peer,
+            names: Some(&n),
+        };
+        assert_eq!(label.to_string(), "app/db/alice@10.0.0.7:5000");
+        let empty = ClientNames::new("", "");
+        assert_eq!((empty.database(), empty.user()), ("", ""));
+        let before = Label {
+            peer: &peer,
+            names: None,
+        };
+        assert_eq!(before.to_string(), "@10.0.0.7:5000");
+        assert_eq!(std::mem::size_of::<Option<ClientNames>>(), 16);
+    }
 }

@@ -337,7 +337,7 @@ async fn validate(
     if minor > 0 || !negotiate.is_empty() {
         encode_negotiate_protocol_version(0, &negotiate, &mut client.wbuf);
     }
-    client.names = Some(Box::new((database.clone(), user.clone())));
+    client.names = Some(crate::conn::ClientNames::new(&database, &user));
     Ok(StartupInfo {
         user,
         database,

@@ -225,7 +225,7 @@ impl<'a> Relay<'a> {
         } = client;
         let label = Label {
             peer,
-            names: names.as_deref(),
+            names: names.as_ref(),
         };
         let (server_side, server_stream) = ServerSide::of(server);
         Relay {

@@ -87,7 +87,7 @@ impl Adopted {
             self.peer,
             app.control.gate().clone(),
         );
-        client.names = Some(Box::new(self.names));
+        client.names = Some(crate::conn::ClientNames::new(&self.names.0, &self.names.1));
         if !self.pending.is_empty() {
             client.rbuf = BytesMut::from(&self.pending[..]);
         }
