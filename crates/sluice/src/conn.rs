@@ -117,14 +117,6 @@ impl ClientNames {
     fn split(&self) -> (&str, &str) {
         self.0.split_once('\0').unwrap_or((&self.0, ""))
     }
-
-    pub fn database(&self) -> &str {
-        self.split().0
-    }
-
-    pub fn user(&self) -> &str {
-        self.split().1
-    }
 }
 
 /// See [`ClientConn::label`]. Borrows only the two fields it shows, so that a relay holding the
@@ -175,14 +167,14 @@ mod tests {
         let peer = PeerAddr::Tcp("10.0.0.7:5000".parse().unwrap());
         // A database name may hold a slash; the two names are kept apart all the same.
         let n = ClientNames::new("app/db", "alice");
-        assert_eq!((n.database(), n.user()), ("app/db", "alice"));
+        assert_eq!(n.split(), ("app/db", "alice"));
         let label = Label {
             peer: &peer,
             names: Some(&n),
         };
         assert_eq!(label.to_string(), "app/db/alice@10.0.0.7:5000");
         let empty = ClientNames::new("", "");
-        assert_eq!((empty.database(), empty.user()), ("", ""));
+        assert_eq!(empty.split(), ("", ""));
         let before = Label {
             peer: &peer,
             names: None,
