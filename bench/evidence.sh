@@ -30,9 +30,9 @@ smoke=${EVIDENCE_SMOKE:-}
 bench_pgbouncer || exit 1
 if [ -z "${SLUICE_BIN:-}" ]; then
     [ -n "$smoke" ] && { echo "EVIDENCE_SMOKE=1 builds nothing: set SLUICE_BIN" >&2; exit 1; }
-    echo "==> cargo build --release -p sluice -p delay-relay" >&2
-    cargo build --release -p sluice -p delay-relay >&2
-    SLUICE_BIN="$root/target/release/sluice"
+    echo "==> scripts/build-release.sh (the run command's build), cargo build --release -p delay-relay" >&2
+    SLUICE_BIN=$("$root/scripts/build-release.sh" | tail -n1)
+    cargo build --release -p delay-relay >&2
 fi
 SLUICE_BIN=$(readlink -f "$SLUICE_BIN")
 export SLUICE_BIN

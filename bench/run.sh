@@ -20,9 +20,9 @@ if [[ ",${BENCH_TARGETS:-pgbouncer}," == *,pgbouncer,* ]]; then bench_pgbouncer 
 
 if [ -z "${SLUICE_BIN:-}" ]; then
     if [[ ",${BENCH_TARGETS:-sluice}," == *,sluice* ]] && [ -z "${BENCH_NO_BUILD:-}" ]; then
-        echo "==> cargo build --release -p sluice" >&2
-        if cargo build --release -p sluice >&2; then
-            SLUICE_BIN="$root/target/release/sluice"
+        echo "==> scripts/build-release.sh (the run command's build)" >&2
+        if built=$("$root/scripts/build-release.sh"); then
+            SLUICE_BIN=$(echo "$built" | tail -n1)
         else
             echo "==> WARNING: building sluice failed; benchmarking without it" >&2
         fi

@@ -8,11 +8,23 @@
 # build"). The output is `target/pgo/sluice`; `cargo build --release` is left as it is.
 #
 #   scripts/build-pgo.sh            # 17 minutes on 2 cores here (two release builds from scratch, ~1 min of training)
+#   scripts/build-pgo.sh --commit   # the same, and the profile becomes crates/sluice/pgo/sluice.profdata,
+#                                   # the one scripts/build-release.sh (the run command's build) uses
+#
+# A profile names functions by their symbols, which carry a hash of the compiler's version, so it
+# serves the rustc that made it (crates/sluice/pgo/made.txt records which); run --commit again after
+# changing the toolchain or much of the hot code.
 #
 # Needs what the tests need (PostgreSQL, pgbench, python3: scripts/test.sh installs them) and
 # rustup's llvm-tools component for llvm-profdata (added here when missing). As root, PostgreSQL
 # runs as the `postgres` user, as in the tests.
 set -euo pipefail
+commit=""
+case "${1:-}" in
+    --commit) commit=1 ;;
+    "") ;;
+    *) echo "usage: scripts/build-pgo.sh [--commit]" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 host=$(rustc -vV | sed -n 's/^host: //p')
@@ -35,3 +47,16 @@ RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$out/sluice.profdata" CARGO_TARGET_DIR="
     cargo build --release -p sluice
 cp "$out/use/release/sluice" "$out/sluice"
 echo "==> profile-guided build: $out/sluice ($("$out/sluice" --version | head -n1))"
+if [ -n "$commit" ]; then
+    dest="$root/crates/sluice/pgo"
+    mkdir -p "$dest"
+    cp "$out/sluice.profdata" "$dest/sluice.profdata"
+    {
+        echo "# Made by scripts/build-pgo.sh --commit; scripts/build-release.sh uses the profile only with this rustc."
+        echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+        echo "source: $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null || echo ' (with uncommitted changes)')"
+        echo "training: bench/pgo_train.py"
+        rustc -vV | sed 's/^/rustc: /'
+    } > "$dest/made.txt"
+    echo "==> committed profile: $dest/sluice.profdata ($(du -k "$dest/sluice.profdata" | cut -f1) KiB), $dest/made.txt"
+fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # THE run command.
-#   scripts/run.sh config.ini   build release and run `sluice config.ini`
+#   scripts/run.sh config.ini   build release (scripts/build-release.sh) and run `sluice config.ini`
 #   scripts/run.sh              demo: a throwaway PostgreSQL cluster (unless one is reachable at
 #                               PGHOST/PGPORT, default localhost:5432) + sluice on 127.0.0.1:6432.
 # SLUICE_BIN=/path/to/sluice skips the release build.
@@ -11,8 +11,7 @@ cd "$root"
 if [ -n "${SLUICE_BIN:-}" ]; then
     BIN=$SLUICE_BIN                       # use a prebuilt binary, skip the build
 else
-    cargo build --release -p sluice
-    BIN="$root/target/release/sluice"
+    BIN=$("$root/scripts/build-release.sh" | tail -n1)
 fi
 
 if [ $# -ge 1 ]; then

@@ -1,6 +1,7 @@
 //! bench/pgo_train.py, the training run of scripts/build-pgo.sh, kept working: it starts its own
 //! PostgreSQL, runs each load of its mix (pgbench -S at 10 and 100 clients, TPC-B, the extended and
-//! prepared protocols, md5, SCRAM and TLS + SCRAM logins, SHOW on the console) through the binary
+//! prepared protocols, a session-pooled database, large results, md5, SCRAM and TLS + SCRAM logins,
+//! SHOW on the console) through the binary
 //! it is given, and stops it with SIGINT. A load that fails or a pooler that does not exit 0 fails
 //! the script, and so this test. Here it drives the test build (not instrumented) for 1 s a load:
 //! what the profile-guided build would be trained on must work through Sluice.
@@ -31,6 +32,8 @@ fn the_profile_training_mix_runs_through_sluice() {
         "TPC-B, 10 clients",
         "-S extended",
         "-S prepared",
+        "-S session pooling",
+        "large results",
         "md5 logins",
         "SCRAM logins",
         "TLS + SCRAM logins",
