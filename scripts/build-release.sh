@@ -6,6 +6,7 @@
 #
 #   scripts/build-release.sh              # target/profiled/release/sluice, or target/release/sluice
 #   SLUICE_PGO=0 scripts/build-release.sh # the plain build, whatever the profile
+#   scripts/build-release.sh --which      # builds nothing: prints "profiled" or "plain: <why>"
 #
 # Why a profile: a pooler's work per query or login is short and spread over many functions (the
 # event loop, the relay, the pool), and a profile lets the compiler lay the hot paths out together
@@ -22,23 +23,52 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 pgo="$root/crates/sluice/pgo"
 
+which=""
+case "${1:-}" in
+    --which) which=1 ;;
+    "") ;;
+    *) echo "usage: scripts/build-release.sh [--which]" >&2; exit 2 ;;
+esac
+
+# "profiled", or "plain: <why>".
+choose() {
+    if [ "${SLUICE_PGO:-1}" = "0" ]; then
+        echo "plain: SLUICE_PGO=0"
+    elif [ ! -f "$pgo/sluice.profdata" ] || [ ! -f "$pgo/made.txt" ]; then
+        echo "plain: no crates/sluice/pgo/sluice.profdata and made.txt"
+    else
+        local made here
+        made=$(sed -n 's/^rustc: //p' "$pgo/made.txt")
+        here=$(rustc -vV)
+        if [ "$made" != "$here" ]; then
+            echo "plain: crates/sluice/pgo/sluice.profdata was made by $(echo "$made" | head -n1), this is" \
+                "$(echo "$here" | head -n1) (scripts/build-pgo.sh --commit makes a profile for this toolchain)"
+        else
+            echo "profiled"
+        fi
+    fi
+}
+
 plain() {
     cargo build --release -p sluice >&2
     echo "$root/target/release/sluice"
 }
 
-if [ "${SLUICE_PGO:-1}" = "0" ] || [ ! -f "$pgo/sluice.profdata" ] || [ ! -f "$pgo/made.txt" ]; then
+choice=$(choose)
+if [ -n "$which" ]; then
+    echo "$choice"
+    exit 0
+fi
+if [ "$choice" != "profiled" ]; then
+    [ "$choice" = "plain: SLUICE_PGO=0" ] || echo "==> building without a profile: ${choice#plain: }" >&2
     plain
     exit 0
 fi
-made=$(sed -n 's/^rustc: //p' "$pgo/made.txt")
-here=$(rustc -vV)
-if [ "$made" != "$here" ]; then
-    echo "==> crates/sluice/pgo/sluice.profdata was made by $(echo "$made" | head -n1), this is" \
-        "$(echo "$here" | head -n1): building without it (scripts/build-pgo.sh makes a profile for this toolchain)" >&2
-    plain
-    exit 0
-fi
+
+# How old the profile is, for whoever changes the hot code: commits to the code since it was made.
+source=$(sed -n 's/^source: \([0-9a-f]*\).*/\1/p' "$pgo/made.txt")
+since=$(git rev-list --count "$source..HEAD" -- crates ':!crates/sluice/pgo' Cargo.toml Cargo.lock 2>/dev/null || echo "?")
+echo "==> building with crates/sluice/pgo/sluice.profdata (made at ${source:0:10}; commits to the code since: $since)" >&2
 
 # Its own target directory, so that a developer's plain `cargo build --release` and this one do
 # not rebuild each other (RUSTFLAGS are part of cargo's fingerprint).
