@@ -10,10 +10,10 @@
 #
 # Why a profile: a pooler's work per query or login is short and spread over many functions (the
 # event loop, the relay, the pool), and a profile lets the compiler lay the hot paths out together
-# and inline by use: about 18 % fewer instructions and a third to a half of the instruction-cache
-# misses per transaction and per login, 7 - 8 % less CPU (docs/performance.md, "Profile-guided
-# build"). scripts/build-pgo.sh --commit makes the profile; functions changed since then are
-# compiled as without one.
+# and inline by use: 14 - 17 % fewer instructions per login and per transaction, and a quarter
+# (per transaction) to three fifths (per login) of the instruction-cache misses (docs/performance.md,
+# "The run command's build is profile-guided"). scripts/build-pgo.sh --commit makes the profile;
+# functions changed since then are compiled as without one.
 #
 # Why "this very rustc": a profile finds functions by their symbol names, and those carry a hash
 # of the compiler's version (cargo's -C metadata). With another rustc nothing would match, so the

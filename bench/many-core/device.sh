@@ -1,7 +1,7 @@
 #!/bin/bash
 # One call on the many-core machine: ROUNDS (default 2) rounds of run.sh's table rows (QUICK=1) and
 # of storm.sh, interleaved, so that a figure is a range over rounds. Here:
-#   ../shared/devbench/make-bundle.sh target/release/sluice; cp bench/many-core/*.sh .devb/
+#   ../shared/devbench/make-bundle.sh "$(scripts/build-release.sh | tail -n1)"; cp bench/many-core/*.sh .devb/
 #   mkdir .devb/tls; openssl req -x509 ... (storm.sh's header)
 # There: GIT_COMMIT=<commit> SECS=8 bash .devb/device.sh   (about 3.5 minutes a round at SECS=8)
 # Copy $OUT to bench/results/<YYYY-MM-DD>-many-core/ (unpack raw.tar.xz there) and commit it with

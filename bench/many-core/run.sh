@@ -1,6 +1,6 @@
 #!/bin/bash
 # The 16-core comparison of docs/performance.md in one call, on the many-core machine. Here:
-#   ../shared/devbench/make-bundle.sh target/release/sluice        # writes .devb/ (git-ignored)
+#   ../shared/devbench/make-bundle.sh "$(scripts/build-release.sh | tail -n1)"   # writes .devb/ (git-ignored)
 #   cp bench/many-core/*.sh .devb/; cp <earlier sluice, stripped> .devb/sluice-old
 # there (from the directory holding .devb):  SECS=8 bash .devb/run.sh   (~3 minutes; QUICK=1: the
 # table's rows only; ROUND=k labels a repeated run, and all.tsv gathers every round)
