@@ -51,7 +51,7 @@ choose() {
 
 plain() {
     cargo build --release -p sluice >&2
-    echo "$root/target/release/sluice"
+    echo "${CARGO_TARGET_DIR:-$root/target}/release/sluice"
 }
 
 choice=$(choose)
