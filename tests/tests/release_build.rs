@@ -15,7 +15,8 @@ fn repo() -> PathBuf {
 
 fn which(root: &Path, pgo_env: Option<&str>) -> String {
     let mut cmd = Command::new("bash");
-    cmd.arg(root.join("scripts/build-release.sh")).arg("--which");
+    cmd.arg(root.join("scripts/build-release.sh"))
+        .arg("--which");
     cmd.env_remove("SLUICE_PGO");
     if let Some(v) = pgo_env {
         cmd.env("SLUICE_PGO", v);
@@ -30,7 +31,10 @@ fn which(root: &Path, pgo_env: Option<&str>) -> String {
 }
 
 fn rustc_vv() -> String {
-    let out = Command::new("rustc").arg("-vV").output().expect("rustc -vV");
+    let out = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV");
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
@@ -113,7 +117,15 @@ fn the_committed_profile_is_an_llvm_indexed_profile_with_its_provenance() {
     // IndexedInstrProf's magic: 0xff 'lprofi' 0x81, as a little-endian u64.
     assert_eq!(&data[..8], b"\xfflprofi\x81", "not an indexed LLVM profile");
     let made = fs::read_to_string(pgo.join("made.txt")).unwrap();
-    for key in ["date: ", "source: ", "training: bench/pgo_train.py", "rustc: release: "] {
-        assert!(made.lines().any(|l| l.starts_with(key)), "made.txt lacks {key:?}:\n{made}");
+    for key in [
+        "date: ",
+        "source: ",
+        "training: bench/pgo_train.py",
+        "rustc: release: ",
+    ] {
+        assert!(
+            made.lines().any(|l| l.starts_with(key)),
+            "made.txt lacks {key:?}:\n{made}"
+        );
     }
 }
