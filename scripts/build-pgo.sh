@@ -42,11 +42,6 @@ echo "==> 2/3: training run (bench/pgo_train.py)"
 LLVM_PROFILE_FILE="$out/profiles/sluice-%p-%m.profraw" python3 bench/pgo_train.py "$out/gen/release/sluice"
 ls "$out"/profiles/*.profraw > /dev/null 2>&1 || { echo "no profile was written" >&2; exit 1; }
 "$profdata" merge -o "$out/sluice.profdata" "$out"/profiles/*.profraw
-echo "==> 3/3: build with the profile (target/pgo/use)"
-RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$out/sluice.profdata" CARGO_TARGET_DIR="$out/use" \
-    cargo build --release -p sluice
-cp "$out/use/release/sluice" "$out/sluice"
-echo "==> profile-guided build: $out/sluice ($("$out/sluice" --version | head -n1))"
 if [ -n "$commit" ]; then
     dest="$root/crates/sluice/pgo"
     mkdir -p "$dest"
@@ -59,4 +54,16 @@ if [ -n "$commit" ]; then
         rustc -vV | sed 's/^/rustc: /'
     } > "$dest/made.txt"
     echo "==> committed profile: $dest/sluice.profdata ($(du -k "$dest/sluice.profdata" | cut -f1) KiB), $dest/made.txt"
+    # The build with it is the run command's own, so that it is not built twice.
+    echo "==> 3/3: build with the profile (scripts/build-release.sh, target/profiled)"
+    bin=$("$root/scripts/build-release.sh" | tail -n1)
+    [ "$bin" = "$root/target/profiled/release/sluice" ] ||
+        { echo "scripts/build-release.sh did not build with the new profile ($bin)" >&2; exit 1; }
+    cp "$bin" "$out/sluice"
+else
+    echo "==> 3/3: build with the profile (target/pgo/use)"
+    RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$out/sluice.profdata" CARGO_TARGET_DIR="$out/use" \
+        cargo build --release -p sluice
+    cp "$out/use/release/sluice" "$out/sluice"
 fi
+echo "==> profile-guided build: $out/sluice ($("$out/sluice" --version | head -n1))"
