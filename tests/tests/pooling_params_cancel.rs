@@ -257,6 +257,64 @@ async fn cancel_request_stops_a_running_query() {
     assert_eq!(pid(&b).await, pa);
 }
 
+/// A cancel must not reach another client's query. PostgreSQL signals the backend twice for one
+/// CancelRequest; when the cancelled query has already ended by the second signal, the signal
+/// cancels whatever the backend runs next. In transaction pooling that is the next client's query
+/// unless the pooler keeps the server out of the pool until the cancel has landed (PgBouncer's
+/// `being_canceled`). One server, client `a` cancels its sleeps while `b` waits with short queries
+/// for that same server, so each of `b`'s queries starts right after a cancelled one ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_never_reaches_the_next_clients_query() {
+    let u = new_role("cancel_next").await;
+    let s = start("pool_mode = transaction\ndefault_pool_size = 1", &[&u]);
+    let a = connect(&s, &u).await;
+    let b = connect(&s, &u).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (mut ran, mut cancelled) = (0, 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match b.simple_query("SELECT pg_sleep(0.002)").await {
+                    Ok(_) => ran += 1,
+                    Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => cancelled += 1,
+                    Err(e) => panic!("b: {}", err_text(&e)),
+                }
+            }
+            (ran, cancelled)
+        })
+    };
+    let mut hits = 0;
+    for _ in 0..150 {
+        let token = a.cancel_token();
+        let canceller = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(15)).await;
+            token.cancel_query(NoTls).await
+        });
+        if let Err(e) = a.simple_query("SELECT pg_sleep(10)").await {
+            assert_eq!(
+                e.code(),
+                Some(&SqlState::QUERY_CANCELED),
+                "{}",
+                err_text(&e)
+            );
+            hits += 1;
+        }
+        canceller.await.unwrap().expect("cancel_query");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ran, cancelled) = join(other, Duration::from_secs(10), "b").await;
+    assert!(hits > 100, "only {hits} of a's 150 sleeps were cancelled");
+    assert!(ran > 50, "b ran only {ran} queries");
+    assert_eq!(
+        cancelled,
+        0,
+        "{cancelled} of b's {} queries were cancelled by a's cancels\nlog:\n{}",
+        ran + cancelled,
+        s.log()
+    );
+}
+
 /// A request behind statements sent ahead of it (another client's application_name was on the
 /// server) can be cancelled: the client's cancel is linked to the server once their replies are in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

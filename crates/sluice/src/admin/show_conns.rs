@@ -135,6 +135,7 @@ fn server_rows(app: &App) -> Vec<ConnRow> {
             let state = match r.state() {
                 ServerState::Active => "active",
                 ServerState::Tested => "tested",
+                ServerState::BeingCanceled => "being_canceled",
                 ServerState::Idle => {
                     let idle = now.duration_since(r.request_time()).unwrap_or_default();
                     if settings.check_query.is_some()

@@ -25,6 +25,7 @@ pub struct PoolRow {
     pub sv_idle: usize,
     pub sv_used: usize,
     pub sv_tested: usize,
+    pub sv_being_canceled: usize,
     pub sv_login: usize,
     /// Age of the oldest waiting client.
     pub maxwait: Duration,
@@ -52,6 +53,7 @@ pub fn pool_rows(app: &App) -> Vec<PoolRow> {
         sv_idle: 0,
         sv_used: 0,
         sv_tested: 0,
+        sv_being_canceled: 0,
         sv_login: 0,
         maxwait: Duration::ZERO,
         pool_mode: "statement".into(),
@@ -66,7 +68,8 @@ pub fn pool_rows(app: &App) -> Vec<PoolRow> {
             user: p.key.user.clone(),
             cl_active: c.clients.saturating_sub(c.waiting),
             cl_waiting: c.waiting,
-            sv_active: c.active.saturating_sub(c.tested),
+            sv_active: c.active.saturating_sub(c.tested + c.being_canceled),
+            sv_being_canceled: c.being_canceled,
             sv_idle: c.idle,
             sv_used: c.used,
             sv_tested: c.tested,
@@ -106,7 +109,8 @@ pub fn pools(app: &Arc<App>) -> ResultSet {
     let mut rs = ResultSet::new(POOLS_COLUMNS);
     for r in pool_rows(app) {
         // Cancel requests are forwarded on their own short-lived connections outside the pools,
-        // so the *_cancel* states are always empty in Sluice.
+        // so the cl_*_cancel_req and sv_active_cancel states are always empty in Sluice;
+        // sv_being_canceled counts released servers held until a cancel has landed.
         rs.push(vec![
             text(r.database),
             text(r.user),
@@ -116,7 +120,7 @@ pub fn pools(app: &Arc<App>) -> ResultSet {
             num(0),
             num(r.sv_active),
             num(0),
-            num(0),
+            num(r.sv_being_canceled),
             num(r.sv_idle),
             num(r.sv_used),
             num(r.sv_tested),

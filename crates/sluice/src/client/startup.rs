@@ -232,7 +232,7 @@ async fn handle_cancel(app: &Arc<App>, mut key: sluice_protocol::CancelKey) {
         key = peers::with_ttl(&key, peers::TTL_MAX);
     }
     let limit = app.config().settings.cancel_wait_timeout.as_duration();
-    let Some((addr, server_key)) = app.cancels.lookup(&key) else {
+    let Some(cancel) = app.cancels.lookup(&key) else {
         // A client still served by the process this one took over from (mid-transaction, TLS,
         // session mode): the cancel goes there.
         if !app.takeover.forward_cancel(key, limit).await {
@@ -240,8 +240,10 @@ async fn handle_cancel(app: &Arc<App>, mut key: sluice_protocol::CancelKey) {
         }
         return;
     };
-    if let Err(e) = cancel::forward((*addr).clone(), server_key, limit).await {
-        tracing::warn!("cancel request to {addr} failed: {e}");
+    // `cancel` (counted on the client's slot) lives until PostgreSQL has closed the forwarded
+    // connection: a server the client releases meanwhile waits for it (`CancelSlot::settled`).
+    if let Err(e) = cancel::forward((*cancel.addr).clone(), cancel.server_key, limit).await {
+        tracing::warn!("cancel request to {} failed: {e}", cancel.addr);
     }
 }
 

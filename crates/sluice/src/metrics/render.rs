@@ -231,7 +231,7 @@ fn pools(out: &mut Out, app: &App) {
         for (state, v) in [
             ("active", r.sv_active),
             ("active_cancel", 0),
-            ("being_canceled", 0),
+            ("being_canceled", r.sv_being_canceled),
             ("idle", r.sv_idle),
             ("used", r.sv_used),
             ("tested", r.sv_tested),

@@ -3,11 +3,24 @@
 
 use std::sync::Arc;
 
-use super::states::Testing;
+use super::states::{BeingCanceled, Testing};
 use super::{Pool, PoolSettings, PooledServer};
 use crate::server::query;
 
 impl Pool {
+    /// Keep a server its client has let go of out of the pool until `landed` (the client's
+    /// cancels in flight have reached PostgreSQL), counted as sv_being_canceled meanwhile. Each
+    /// cancel ends within cancel_wait_timeout, so this wait is bounded by it.
+    pub async fn hold_while_canceled(
+        self: &Arc<Self>,
+        server: &PooledServer,
+        landed: impl std::future::Future<Output = ()>,
+    ) {
+        let held = BeingCanceled::begin(self, server);
+        landed.await;
+        held.end(server);
+    }
+
     /// Run pooler queries (server_reset_query, session cleanup) on a server while it counts as
     /// sv_tested, then return it; a failing query closes it instead.
     pub async fn reset_and_release(self: &Arc<Self>, mut server: PooledServer, queries: &[&str]) {

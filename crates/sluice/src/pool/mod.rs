@@ -117,6 +117,8 @@ pub struct PoolCounts {
     pub used: usize,
     /// Running server_check_query (sv_tested; also counted in `active`).
     pub tested: usize,
+    /// Held until a cancel has landed (sv_being_canceled; also counted in `active`).
+    pub being_canceled: usize,
     pub connecting: usize,
     pub total: usize,
 }
@@ -140,6 +142,8 @@ pub struct Pool {
     failing: AtomicBool,
     /// Handed-out servers running server_check_query or a reset query (sv_tested).
     testing: AtomicUsize,
+    /// Released servers held back until their client's cancels have landed (sv_being_canceled).
+    being_canceled: AtomicUsize,
     /// Clients whose session state pins them to their server (transaction/statement mode).
     pinned: AtomicUsize,
     /// What pinned each of them (client id -> the first feature that did), for the advisor;
@@ -213,6 +217,7 @@ impl Pool {
             paused: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             testing: AtomicUsize::new(0),
+            being_canceled: AtomicUsize::new(0),
             pinned: AtomicUsize::new(0),
             pinned_by: Mutex::new(std::collections::HashMap::new()),
             settings: ArcSwap::from_pointee(settings),
@@ -337,6 +342,7 @@ impl Pool {
             idle,
             used,
             tested: self.testing.load(Ordering::Relaxed),
+            being_canceled: self.being_canceled.load(Ordering::Relaxed),
             connecting,
             total,
         };
@@ -351,6 +357,7 @@ impl Pool {
                 idle: a.idle + b.idle,
                 used: a.used + b.used,
                 tested: a.tested + b.tested,
+                being_canceled: a.being_canceled + b.being_canceled,
                 connecting: a.connecting + b.connecting,
                 total: a.total + b.total,
             }

@@ -21,6 +21,9 @@ pub enum ServerState {
     Active = 1,
     /// Running server_check_query before it is handed out.
     Tested = 2,
+    /// Released by its client while a cancel the client sent is still on its way to it: kept out
+    /// of the pool until the cancel has landed (`Pool::hold_while_canceled`).
+    BeingCanceled = 3,
 }
 
 /// What a logged-in server shows of itself when the book records it (`ServerConn::seen`): the
@@ -57,6 +60,7 @@ impl ServerRecord {
         match self.state.load(Ordering::Relaxed) {
             1 => ServerState::Active,
             2 => ServerState::Tested,
+            3 => ServerState::BeingCanceled,
             _ => ServerState::Idle,
         }
     }

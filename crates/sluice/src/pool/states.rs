@@ -1,6 +1,7 @@
-//! The two server states a pool counts by hand rather than by its lists: a connection being opened
-//! (sv_login, `PoolState::connecting`) and a checked-out server running a pooler query (sv_tested,
-//! `Pool::testing`). Each is a guard that takes its count when the state begins and gives it back
+//! The server states a pool counts by hand rather than by its lists: a connection being opened
+//! (sv_login, `PoolState::connecting`), a checked-out server running a pooler query (sv_tested,
+//! `Pool::testing`) and a released one waiting for its client's cancels to land
+//! (sv_being_canceled, `Pool::being_canceled`). Each is a guard that takes its count when the state begins and gives it back
 //! when it is dropped, so a task cancelled mid-way (a client gone during a reset, a runtime shut
 //! down during a connect) cannot leave a count behind; idle and active need no count of their own
 //! (idle servers are the shards' lists, active is open − idle − connecting).
@@ -35,6 +36,31 @@ impl<'a> Testing<'a> {
 impl Drop for Testing<'_> {
     fn drop(&mut self) {
         self.pool.testing.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A released server counted as sv_being_canceled (SHOW SERVERS `being_canceled`) while a cancel
+/// its client sent is still on its way to it.
+pub(super) struct BeingCanceled<'a> {
+    pool: &'a Pool,
+}
+
+impl<'a> BeingCanceled<'a> {
+    pub fn begin(pool: &'a Pool, server: &ServerConn) -> Self {
+        server.set_book_state(ServerState::BeingCanceled, Instant::now());
+        pool.being_canceled.fetch_add(1, Ordering::Relaxed);
+        BeingCanceled { pool }
+    }
+
+    /// The cancels have landed: the server is its client's again, for the release that follows.
+    pub fn end(self, server: &ServerConn) {
+        server.set_book_state(ServerState::Active, Instant::now());
+    }
+}
+
+impl Drop for BeingCanceled<'_> {
+    fn drop(&mut self) {
+        self.pool.being_canceled.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -271,13 +271,13 @@ async fn read_loop(app: &Arc<App>, reader: &mut LinkReader, pending: &Pending) -
 
 /// A cancel the successor received for a client of this process.
 async fn forward_cancel(app: &App, key: CancelKey) {
-    let Some((addr, server_key)) = app.cancels.lookup(&key) else {
+    let Some(cancel) = app.cancels.lookup(&key) else {
         tracing::debug!("takeover: forwarded cancel request for a client not linked here");
         return;
     };
     let limit = app.config().settings.cancel_wait_timeout.as_duration();
-    if let Err(e) = crate::cancel::forward((*addr).clone(), server_key, limit).await {
-        tracing::warn!("cancel request to {addr} failed: {e}");
+    if let Err(e) = crate::cancel::forward((*cancel.addr).clone(), cancel.server_key, limit).await {
+        tracing::warn!("cancel request to {} failed: {e}", cancel.addr);
     }
 }
 

@@ -382,6 +382,14 @@ async fn serve_request(
             return Served::Next;
         }
     }
+    if s.cancel.slot.in_flight() > 0 {
+        // A cancel this client sent is still on its way to this server. PostgreSQL signals the
+        // backend twice for one cancel, and a signal that lands after the cancelled query has
+        // ended cancels the next one it runs, which in transaction pooling may be another
+        // client's: the server stays out of the pool until the cancel has landed (PgBouncer's
+        // being_canceled). Boxed: rare, and it would size every session's future.
+        Box::pin(s.pool.hold_while_canceled(&server, s.cancel.slot.settled())).await;
+    }
     if s.tracker.take_touched() || s.tracker.has_tracked() {
         server.gucs_owner = Some(client.id);
         server.gucs_dirty = true;
