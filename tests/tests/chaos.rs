@@ -163,7 +163,7 @@ async fn connect(
 /// One operation on `client`; false = the connection is gone (the caller makes a new one).
 async fn operate(ctx: &Ctx, client: &tokio_postgres::Client, session: bool, rng: &mut Rng) -> bool {
     ctx.ops.fetch_add(1, Ordering::Relaxed);
-    let pick = rng.below(if session { 8 } else { 7 });
+    let pick = rng.below(if session { 10 } else { 9 });
     let fut = async {
         match pick {
             0 | 1 => {
@@ -271,6 +271,98 @@ async fn operate(ctx: &Ctx, client: &tokio_postgres::Client, session: bool, rng:
                         .finding(format!("failed transaction: got {got:?}")),
                     Err(e) => {
                         ctx.tally.error("failed transaction", session, &e);
+                        let _ = client.batch_execute("ROLLBACK").await;
+                    }
+                }
+            }
+            7 => {
+                // Eight statements pipelined (tokio-postgres sends them before reading a reply),
+                // the fourth failing: the others still get their own answers.
+                let base = rng.below(1 << 30) as i64;
+                let q = "SELECT $1::int8 + 1";
+                let bad = "SELECT 1 / ($1::int8 - $1::int8)";
+                let v: Vec<i64> = (0..8).map(|i| base + i).collect();
+                let p: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 1]> =
+                    v.iter().map(|x| [x as _]).collect();
+                let (r0, r1, r2, r3, r4, r5, r6, r7) = tokio::join!(
+                    client.query_one(q, &p[0]),
+                    client.query_one(q, &p[1]),
+                    client.query_one(q, &p[2]),
+                    client.query_one(bad, &p[3]),
+                    client.query_one(q, &p[4]),
+                    client.query_one(q, &p[5]),
+                    client.query_one(q, &p[6]),
+                    client.query_one(q, &p[7]),
+                );
+                let mut wrong = Vec::new();
+                let mut failed = None;
+                for (i, r) in [r0, r1, r2, r4, r5, r6, r7].into_iter().enumerate() {
+                    let i = if i >= 3 { i + 1 } else { i } as i64;
+                    match r {
+                        Ok(row) if row.get::<_, i64>(0) == base + i + 1 => {}
+                        Ok(row) => wrong.push((i, row.get::<_, i64>(0))),
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                match (r3, failed) {
+                    _ if !wrong.is_empty() => ctx
+                        .tally
+                        .finding(format!("pipeline from {base}: wrong answers {wrong:?}")),
+                    (Err(e), None) if e.code().map(|c| c.code()) == Some("22012") => {
+                        ctx.tally.ok("pipeline")
+                    }
+                    (Ok(row), None) => ctx.tally.finding(format!(
+                        "pipeline: the division by zero answered {:?}",
+                        row.get::<_, i32>(0)
+                    )),
+                    (Err(e), None) | (_, Some(e)) => ctx.tally.error("pipeline", session, &e),
+                }
+            }
+            8 => {
+                use futures_util::{SinkExt, StreamExt};
+                let rows = 500 + rng.below(2_000) as usize;
+                let tag = rng.below(1 << 40) as i64;
+                let answer = async {
+                    client.batch_execute("BEGIN").await?;
+                    let sink = client
+                        .copy_in("COPY chaos_copy (tag, n) FROM STDIN")
+                        .await?;
+                    futures_util::pin_mut!(sink);
+                    let text: String = (0..rows).map(|n| format!("{tag}\t{n}\n")).collect();
+                    sink.send(bytes::Bytes::from(text)).await?;
+                    sink.finish().await?;
+                    let copied: i64 = client
+                        .query_one("SELECT count(*) FROM chaos_copy WHERE tag = $1", &[&tag])
+                        .await?
+                        .get(0);
+                    client.batch_execute("ROLLBACK").await?;
+                    let out = client
+                        .copy_out(&format!(
+                            "COPY (SELECT g FROM generate_series(1, {rows}) g) TO STDOUT"
+                        ))
+                        .await?;
+                    futures_util::pin_mut!(out);
+                    let mut text = Vec::new();
+                    while let Some(chunk) = out.next().await {
+                        text.extend_from_slice(&chunk?);
+                    }
+                    Ok::<_, tokio_postgres::Error>((copied, text))
+                };
+                match answer.await {
+                    Ok((copied, text)) => {
+                        let expected: String = (1..=rows).map(|g| format!("{g}\n")).collect();
+                        if copied as usize == rows && text == expected.as_bytes() {
+                            ctx.tally.ok("copy");
+                        } else {
+                            ctx.tally.finding(format!(
+                                "copy: {rows} rows in, {copied} counted; {} bytes out, {} expected",
+                                text.len(),
+                                expected.len()
+                            ));
+                        }
+                    }
+                    Err(e) => {
+                        ctx.tally.error("copy", session, &e);
                         let _ = client.batch_execute("ROLLBACK").await;
                     }
                 }
@@ -493,7 +585,8 @@ async fn everything_at_once_leaves_the_pooler_clean_and_every_answer_right() {
     pg.psql(
         "app",
         "DROP TABLE IF EXISTS chaos_commits; CREATE TABLE chaos_commits(id bigint PRIMARY KEY); \
-         GRANT ALL ON chaos_commits TO PUBLIC",
+         GRANT ALL ON chaos_commits TO PUBLIC; DROP TABLE IF EXISTS chaos_copy; \
+         CREATE TABLE chaos_copy(tag bigint, n int); GRANT ALL ON chaos_copy TO PUBLIC",
     );
     let users = format!(
         "\"md5_user\" \"md5_pass\"\n\"scram_user\" \"{}\"\n\"trust_user\" \"\"\n",
@@ -618,7 +711,7 @@ async fn everything_at_once_leaves_the_pooler_clean_and_every_answer_right() {
     }
     let findings = ctx.tally.findings.lock().unwrap();
     let ok = ctx.tally.ok.lock().unwrap();
-    for kind in ["commit", "prepared", "rows", "login"] {
+    for kind in ["commit", "prepared", "rows", "login", "pipeline", "copy"] {
         assert!(
             ok.get(kind).copied().unwrap_or(0) > 0,
             "no {kind} succeeded during the run (seed {seed})"
