@@ -1,8 +1,8 @@
 //! Chaos soak: many kinds of client work at once (transactions, prepared statements, large
 //! results, cancels, abandoned queries, failed transactions, login churn over md5 and SCRAM, both
 //! pool modes) while an operator and the network do their worst at random (RELOAD with a changed
-//! pool size, PAUSE/RESUME, RECONNECT, backends terminated, PostgreSQL restarted, garbage and
-//! wrong-password connections). What each test of one fault shows alone, this shows together.
+//! pool size, PAUSE/RESUME, KILL/RESUME, DISABLE/ENABLE, RECONNECT, backends terminated,
+//! PostgreSQL restarted, garbage and wrong-password connections). What each test of one fault shows alone, this shows together.
 //!
 //! Invariants: every answer that arrives is the right one; no acknowledged commit is lost; no
 //! error comes from a confused protocol (an unexpected message, a prepared statement that vanished
@@ -404,14 +404,58 @@ async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
         ("app_tx", false)
     };
     let mut conn = None;
+    let mut kept = None;
     while Instant::now() < ctx.stop_at {
         if conn.is_none() {
             conn = connect(&ctx, user, db).await;
+            kept = None;
             continue;
         }
         let (client, _) = conn.as_ref().unwrap();
+        // One statement prepared when the connection is made and used for its whole life: in
+        // transaction pooling it meets servers that never saw it (new after a restart, a
+        // RECONNECT or a RELOAD), where the pooler prepares it again unseen.
+        if kept.is_none() {
+            match client
+                .prepare("SELECT $1::int8 - 1, current_user::text")
+                .await
+            {
+                Ok(st) => kept = Some(st),
+                Err(e) => {
+                    ctx.tally.error("prepared once", session, &e);
+                    if client.is_closed() {
+                        conn = None;
+                    }
+                    continue;
+                }
+            }
+        }
+        if rng.below(3) == 0 {
+            let x = rng.below(1 << 40) as i64;
+            let st = kept.as_ref().unwrap();
+            match tokio::time::timeout(HANG, client.query_one(st, &[&x])).await {
+                Ok(Ok(row))
+                    if row.get::<_, i64>(0) == x - 1 && row.get::<_, String>(1) == user.0 =>
+                {
+                    ctx.tally.ok("prepared once")
+                }
+                Ok(Ok(row)) => ctx.tally.finding(format!(
+                    "prepared once: ({x}) answered ({}, {})",
+                    row.get::<_, i64>(0),
+                    row.get::<_, String>(1)
+                )),
+                Ok(Err(e)) => ctx.tally.error("prepared once", session, &e),
+                Err(_) => ctx.tally.finding("prepared once: hung".into()),
+            }
+            if client.is_closed() {
+                conn = None;
+                kept = None;
+            }
+            continue;
+        }
         if !operate(&ctx, client, session, &mut rng).await {
             conn = None;
+            kept = None;
         }
     }
 }
@@ -480,7 +524,7 @@ async fn chaos(ctx: Arc<Ctx>, mut rng: Rng) {
     let mut last_restart = Instant::now();
     while Instant::now() < ctx.stop_at {
         tokio::time::sleep(Duration::from_millis(300 + rng.below(1200))).await;
-        match rng.below(6) {
+        match rng.below(9) {
             0 => {
                 pool_size = if pool_size == 6 { 3 } else { 6 };
                 ctx.sluice.rewrite_config(&ini(pool_size));
@@ -511,6 +555,19 @@ async fn chaos(ctx: Arc<Ctx>, mut rng: Rng) {
                 let _ = killed;
                 ctx.tally.chaos("backends terminated");
             }
+            6 => {
+                // Every client of one database told to go (KILL), then let back in.
+                admin(&ctx, &mut console, "KILL app_tx").await;
+                tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
+                admin(&ctx, &mut console, "RESUME app_tx").await;
+                ctx.tally.chaos("kill/resume");
+            }
+            7 => {
+                admin(&ctx, &mut console, "DISABLE app_sess").await;
+                tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
+                admin(&ctx, &mut console, "ENABLE app_sess").await;
+                ctx.tally.chaos("disable/enable");
+            }
             4 if last_restart.elapsed() > Duration::from_secs(8) => {
                 tokio::task::spawn_blocking(move || pg.restart_fast())
                     .await
@@ -527,29 +584,38 @@ async fn chaos(ctx: Arc<Ctx>, mut rng: Rng) {
                         .collect();
                     junk.push(tokio::spawn(async move {
                         let mut c = RawConn::connect(port).await;
-                        if i % 2 == 0 {
+                        let said = if i % 2 == 0 {
+                            // Then EOF: a partial packet (a few bytes, or a length that
+                            // promises more) waits for the rest until client_login_timeout,
+                            // as PgBouncer's does; the end of the stream must close it at once.
                             c.send(&bytes).await;
+                            c.shutdown_write().await;
+                            format!("garbage {bytes:?} and EOF")
                         } else {
                             c.send(&RawConn::startup_packet(&[
                                 ("user", "md5_user"),
                                 ("database", "app_tx"),
                             ]))
                             .await;
-                            if let Some((b'R', _)) = c.read_message(Duration::from_secs(5)).await {
+                            let first = c.read_message(Duration::from_secs(5)).await;
+                            let said = format!("wrong password, first answer {first:?}");
+                            if let Some((b'R', _)) = first {
                                 c.send(&RawConn::message(
                                     b'p',
                                     b"md5ffffffffffffffffffffffffffffffff\0",
                                 ))
                                 .await;
                             }
-                        }
-                        c.read_until_close(Duration::from_secs(5)).await.1
+                            said
+                        };
+                        let (rest, closed) = c.read_until_close(Duration::from_secs(5)).await;
+                        (!closed).then(|| format!("{said}, then {rest:?}"))
                     }));
                 }
                 for j in junk {
-                    if !j.await.unwrap() {
+                    if let Some(what) = j.await.unwrap() {
                         ctx.tally
-                            .finding("a garbage or wrong-password connection was left open".into());
+                            .finding(format!("a bad connection was left open: {what}"));
                     }
                 }
                 ctx.tally.chaos("garbage and wrong passwords");
@@ -711,7 +777,15 @@ async fn everything_at_once_leaves_the_pooler_clean_and_every_answer_right() {
     }
     let findings = ctx.tally.findings.lock().unwrap();
     let ok = ctx.tally.ok.lock().unwrap();
-    for kind in ["commit", "prepared", "rows", "login", "pipeline", "copy"] {
+    for kind in [
+        "commit",
+        "prepared",
+        "prepared once",
+        "rows",
+        "login",
+        "pipeline",
+        "copy",
+    ] {
         assert!(
             ok.get(kind).copied().unwrap_or(0) > 0,
             "no {kind} succeeded during the run (seed {seed})"
