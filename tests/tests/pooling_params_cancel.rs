@@ -295,6 +295,65 @@ async fn a_cancel_never_reaches_the_next_clients_query() {
     }
 }
 
+/// A cancel for a client whose query still waits for a server (one server, held by another client)
+/// finds nothing to cancel: PgBouncer 1.25.2 drops it, and so does Sluice; the query runs once it
+/// gets the server. Pinned side by side so that a change to either shows up here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_for_a_queued_query_is_dropped_as_pgbouncer_drops_it() {
+    let u = new_role("cancel_queued").await;
+    let extra = "pool_mode = transaction\ndefault_pool_size = 1";
+    let s = start(extra, &[&u]);
+    let sluice = cancel_queued_query(s.port, &u).await;
+    assert!(sluice.is_ok(), "Sluice: {sluice:?}");
+    let userlist = format!("\"{u}\" \"{PW}\"\n");
+    if let Some(pgb) = Anchor::start(
+        &format!("auth_type = md5\n{extra}"),
+        "app = host={pg_host} port={pg_port} dbname=app",
+        &userlist,
+    ) {
+        let pgbouncer = cancel_queued_query(pgb.port, &u).await;
+        assert_eq!(pgbouncer, sluice, "PgBouncer 1.25.2 answered otherwise");
+    }
+}
+
+/// `b` holds the only server for 1.5 s; `a`'s `SELECT pg_sleep(0.5)` waits for it and is
+/// cancelled 300 ms in: Ok(()) when it ran anyway (after b's), Err(SQLSTATE) otherwise.
+async fn cancel_queued_query(port: u16, user: &str) -> Result<(), String> {
+    let conn_str = format!("host=127.0.0.1 port={port} user={user} password={PW} dbname=app");
+    let connect = || async {
+        let (c, conn) = tokio_postgres::connect(&conn_str, NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        c
+    };
+    let (a, b) = (connect().await, connect().await);
+    let holder = tokio::spawn(async move { b.simple_query("SELECT pg_sleep(1.5)").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let token = a.cancel_token();
+    let t0 = Instant::now();
+    let queued = tokio::spawn(async move { a.simple_query("SELECT pg_sleep(0.5)").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel_query(NoTls).await.expect("cancel_query");
+    let answer = join(queued, Duration::from_secs(10), "queued query").await;
+    let took = t0.elapsed();
+    join(holder, Duration::from_secs(10), "holder")
+        .await
+        .expect("the holder's query");
+    match answer {
+        Ok(_) => {
+            assert!(
+                took >= Duration::from_millis(1700),
+                "ran in {took:?}: not after b's"
+            );
+            Ok(())
+        }
+        Err(e) => Err(e
+            .code()
+            .map_or_else(|| err_text(&e), |c| c.code().to_string())),
+    }
+}
+
 /// `a` runs 150 sleeps, each cancelled 15 ms in, while `b` loops on short queries: (a's sleeps
 /// cancelled, b's queries that ran, b's queries cancelled).
 async fn cancels_beside_queries(port: u16, user: &str) -> (usize, usize, usize) {
