@@ -34,6 +34,8 @@ if [ ! -x "$profdata" ]; then
     rustup component add llvm-tools
 fi
 out="$root/target/pgo"
+# The code trained, as it is before the build (the profile this run writes into crates/ is not it).
+source="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD -- crates Cargo.toml Cargo.lock ':!crates/sluice/pgo' 2>/dev/null || echo ' (with uncommitted changes)')"
 rm -rf "$out/profiles"; mkdir -p "$out/profiles"
 echo "==> 1/3: instrumented build (target/pgo/gen)"
 RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$out/profiles" CARGO_TARGET_DIR="$out/gen" \
@@ -54,7 +56,7 @@ if [ -n "$commit" ]; then
     {
         echo "# Made by scripts/build-pgo.sh --commit; scripts/build-release.sh uses the profile only with this rustc."
         echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-        echo "source: $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD -- crates Cargo.toml Cargo.lock 2>/dev/null || echo ' (with uncommitted changes)')"
+        echo "source: $source"
         echo "training: bench/pgo_train.py"
         rustc -vV | sed 's/^/rustc: /'
     } > "$dest/made.txt"
