@@ -10,8 +10,8 @@
 #
 # Why a profile: a pooler's work per query or login is short and spread over many functions (the
 # event loop, the relay, the pool), and a profile lets the compiler lay the hot paths out together
-# and inline by use: 14 - 17 % fewer instructions per login and per transaction, and a quarter
-# (per transaction) to three fifths (per login) of the instruction-cache misses (docs/performance.md,
+# and inline by use: 14 - 17 % fewer instructions per login and per transaction, and a quarter to a
+# half (per transaction) to three fifths (per login) of the instruction-cache misses (docs/performance.md,
 # "The run command's build is profile-guided"). scripts/build-pgo.sh --commit makes the profile;
 # functions changed since then are compiled as without one.
 #
