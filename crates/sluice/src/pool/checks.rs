@@ -1,5 +1,7 @@
-//! Pooler-run queries on a checked-out server while it counts as sv_tested: server_reset_query
-//! (and session cleanup) before it goes back, server_check_query before an idle one is reused.
+//! A checked-out server held by the pooler on its way back: pooler-run queries while it counts as
+//! sv_tested (server_reset_query and session cleanup before it goes back, server_check_query
+//! before an idle one is reused), and the wait for its client's cancels while it counts as
+//! sv_being_canceled.
 
 use std::sync::Arc;
 
