@@ -319,15 +319,7 @@ async fn a_cancel_for_a_queued_query_is_dropped_as_pgbouncer_drops_it() {
 /// `b` holds the only server for 1.5 s; `a`'s `SELECT pg_sleep(0.5)` waits for it and is
 /// cancelled 300 ms in: Ok(()) when it ran anyway (after b's), Err(SQLSTATE) otherwise.
 async fn cancel_queued_query(port: u16, user: &str) -> Result<(), String> {
-    let conn_str = format!("host=127.0.0.1 port={port} user={user} password={PW} dbname=app");
-    let connect = || async {
-        let (c, conn) = tokio_postgres::connect(&conn_str, NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(conn);
-        c
-    };
-    let (a, b) = (connect().await, connect().await);
+    let (a, b) = (connect_to(port, user).await, connect_to(port, user).await);
     let holder = tokio::spawn(async move { b.simple_query("SELECT pg_sleep(1.5)").await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let token = a.cancel_token();
@@ -354,18 +346,20 @@ async fn cancel_queued_query(port: u16, user: &str) -> Result<(), String> {
     }
 }
 
+/// A client of database `app` on `port` (Sluice's or PgBouncer's), as `user`.
+async fn connect_to(port: u16, user: &str) -> Client {
+    let conn_str = format!("host=127.0.0.1 port={port} user={user} password={PW} dbname=app");
+    let (c, conn) = tokio_postgres::connect(&conn_str, NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    c
+}
+
 /// `a` runs 150 sleeps, each cancelled 15 ms in, while `b` loops on short queries: (a's sleeps
 /// cancelled, b's queries that ran, b's queries cancelled).
 async fn cancels_beside_queries(port: u16, user: &str) -> (usize, usize, usize) {
-    let conn_str = format!("host=127.0.0.1 port={port} user={user} password={PW} dbname=app");
-    let connect = || async {
-        let (c, conn) = tokio_postgres::connect(&conn_str, NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(conn);
-        c
-    };
-    let (a, b) = (connect().await, connect().await);
+    let (a, b) = (connect_to(port, user).await, connect_to(port, user).await);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let other = {
         let stop = stop.clone();

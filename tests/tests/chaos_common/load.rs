@@ -1,0 +1,364 @@
+//! The soak's clients: what each operation does and checks, the clients that keep a connection
+//! and those that make one per operation.
+
+use super::*;
+
+pub(super) const USERS: [(&str, &str); 2] =
+    [("md5_user", "md5_pass"), ("scram_user", "scram_pass")];
+
+pub(super) async fn connect(
+    ctx: &Ctx,
+    user: (&str, &str),
+    db: &str,
+) -> Option<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+    let conn_str = ctx.sluice.conn_str(user.0, user.1, db);
+    match tokio::time::timeout(HANG, tokio_postgres::connect(&conn_str, NoTls)).await {
+        Ok(Ok((client, conn))) => {
+            let task = tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            ctx.tally.ok("login");
+            Some((client, task))
+        }
+        Ok(Err(e)) => {
+            ctx.tally.error("login", db == "app_sess", &e);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            None
+        }
+        Err(_) => {
+            ctx.tally
+                .finding(format!("login as {} to {db} hung for {HANG:?}", user.0));
+            None
+        }
+    }
+}
+
+/// One operation on `client`; false = the connection is gone (the caller makes a new one).
+pub(super) async fn operate(
+    ctx: &Ctx,
+    client: &tokio_postgres::Client,
+    session: bool,
+    rng: &mut Rng,
+) -> bool {
+    ctx.ops.fetch_add(1, Ordering::Relaxed);
+    let pick = rng.below(if session { 10 } else { 9 });
+    let fut = async {
+        match pick {
+            0 | 1 => {
+                let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
+                let sql = format!("BEGIN; INSERT INTO chaos_commits VALUES ({id}); COMMIT");
+                match client.batch_execute(&sql).await {
+                    Ok(()) => {
+                        ctx.tally.acked.lock().unwrap().push(id);
+                        ctx.tally.ok("commit");
+                    }
+                    Err(e) => {
+                        ctx.tally.error("commit", session, &e);
+                        // The batch stopped at the error: its transaction is still open (failed).
+                        let _ = client.batch_execute("ROLLBACK").await;
+                    }
+                }
+            }
+            2 | 3 => {
+                let (a, b) = (rng.below(1 << 40) as i64, rng.below(1000) as i64);
+                let answer = async {
+                    let st = client.prepare("SELECT $1::int8 * 2 + $2::int8").await?;
+                    let first: i64 = client.query_one(&st, &[&a, &b]).await?.get(0);
+                    // The same statement again: in transaction mode possibly on another server.
+                    let again: i64 = client.query_one(&st, &[&b, &a]).await?.get(0);
+                    Ok::<_, tokio_postgres::Error>((first, again))
+                };
+                match answer.await {
+                    Ok((first, again)) if first == a * 2 + b && again == b * 2 + a => {
+                        ctx.tally.ok("prepared")
+                    }
+                    Ok(got) => ctx.tally.finding(format!(
+                        "prepared: ({a}, {b}) answered {got:?}, not ({}, {})",
+                        a * 2 + b,
+                        b * 2 + a
+                    )),
+                    Err(e) => ctx.tally.error("prepared", session, &e),
+                }
+            }
+            4 => {
+                let n = 2_000 + rng.below(3_000) as i64;
+                let sql = "SELECT g, repeat(md5(g::text), 8) FROM generate_series(1, $1::int8) g";
+                match client.query(sql, &[&n]).await {
+                    Ok(rows) => {
+                        let last: Option<i64> = rows.last().map(|r| r.get(0));
+                        let right = rows.len() as i64 == n
+                            && last == Some(n)
+                            && rows.iter().enumerate().all(|(i, r)| {
+                                r.get::<_, i64>(0) == i as i64 + 1
+                                    && r.get::<_, &str>(1).len() == 256
+                            });
+                        if right {
+                            ctx.tally.ok("rows");
+                        } else {
+                            ctx.tally.finding(format!(
+                                "rows: asked for {n}, got {} rows ending at {last:?}",
+                                rows.len()
+                            ));
+                        }
+                    }
+                    Err(e) => ctx.tally.error("rows", session, &e),
+                }
+            }
+            5 => {
+                let token = client.cancel_token();
+                let started = Instant::now();
+                let canceller = tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    token.cancel_query(NoTls).await
+                });
+                match client.simple_query("SELECT pg_sleep(5)").await {
+                    Err(e) if e.code().map(|c| c.code()) == Some("57014") => {
+                        if started.elapsed() >= Duration::from_secs(5) {
+                            ctx.tally
+                                .finding("cancel: answered only after the sleep".into());
+                        } else {
+                            ctx.tally.ok("cancel");
+                        }
+                    }
+                    // The cancel may lose the race with a chaos event or arrive before the query
+                    // reached a server (PgBouncer drops those too): the sleep then ends normally.
+                    Ok(_) => ctx.tally.ok("cancel missed"),
+                    Err(e) => ctx.tally.error("cancel", session, &e),
+                }
+                let _ = canceller.await;
+            }
+            6 => {
+                let answer = async {
+                    let failed = client
+                        .batch_execute("BEGIN; SELECT 1 / 0")
+                        .await
+                        .err()
+                        .and_then(|e| e.code().map(|c| c.code().to_string()));
+                    client.batch_execute("ROLLBACK").await?;
+                    let one: i32 = client.query_one("SELECT 1", &[]).await?.get(0);
+                    Ok::<_, tokio_postgres::Error>((failed, one))
+                };
+                match answer.await {
+                    Ok((Some(code), 1)) if code == "22012" => ctx.tally.ok("failed transaction"),
+                    // A chaos event ended the transaction before the division.
+                    Ok((Some(code), 1)) if code.starts_with("57") || code.starts_with("08") => {
+                        ctx.tally.ok("failed transaction (chaos)")
+                    }
+                    Ok(got) => ctx
+                        .tally
+                        .finding(format!("failed transaction: got {got:?}")),
+                    Err(e) => {
+                        ctx.tally.error("failed transaction", session, &e);
+                        let _ = client.batch_execute("ROLLBACK").await;
+                    }
+                }
+            }
+            7 => {
+                // Eight statements pipelined (tokio-postgres sends them before reading a reply),
+                // the fourth failing: the others still get their own answers.
+                let base = rng.below(1 << 30) as i64;
+                let q = "SELECT $1::int8 + 1";
+                let bad = "SELECT 1 / ($1::int8 - $1::int8)";
+                let v: Vec<i64> = (0..8).map(|i| base + i).collect();
+                let p: Vec<[&(dyn tokio_postgres::types::ToSql + Sync); 1]> =
+                    v.iter().map(|x| [x as _]).collect();
+                let (r0, r1, r2, r3, r4, r5, r6, r7) = tokio::join!(
+                    client.query_one(q, &p[0]),
+                    client.query_one(q, &p[1]),
+                    client.query_one(q, &p[2]),
+                    client.query_one(bad, &p[3]),
+                    client.query_one(q, &p[4]),
+                    client.query_one(q, &p[5]),
+                    client.query_one(q, &p[6]),
+                    client.query_one(q, &p[7]),
+                );
+                let mut wrong = Vec::new();
+                let mut failed = None;
+                for (i, r) in [r0, r1, r2, r4, r5, r6, r7].into_iter().enumerate() {
+                    let i = if i >= 3 { i + 1 } else { i } as i64;
+                    match r {
+                        Ok(row) if row.get::<_, i64>(0) == base + i + 1 => {}
+                        Ok(row) => wrong.push((i, row.get::<_, i64>(0))),
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                match (r3, failed) {
+                    _ if !wrong.is_empty() => ctx
+                        .tally
+                        .finding(format!("pipeline from {base}: wrong answers {wrong:?}")),
+                    (Err(e), None) if e.code().map(|c| c.code()) == Some("22012") => {
+                        ctx.tally.ok("pipeline")
+                    }
+                    (Ok(row), None) => ctx.tally.finding(format!(
+                        "pipeline: the division by zero answered {:?}",
+                        row.get::<_, i32>(0)
+                    )),
+                    (Err(e), None) | (_, Some(e)) => ctx.tally.error("pipeline", session, &e),
+                }
+            }
+            8 => {
+                use futures_util::{SinkExt, StreamExt};
+                let rows = 500 + rng.below(2_000) as usize;
+                let tag = rng.below(1 << 40) as i64;
+                let answer = async {
+                    client.batch_execute("BEGIN").await?;
+                    let sink = client
+                        .copy_in("COPY chaos_copy (tag, n) FROM STDIN")
+                        .await?;
+                    futures_util::pin_mut!(sink);
+                    let text: String = (0..rows).map(|n| format!("{tag}\t{n}\n")).collect();
+                    sink.send(bytes::Bytes::from(text)).await?;
+                    sink.finish().await?;
+                    let copied: i64 = client
+                        .query_one("SELECT count(*) FROM chaos_copy WHERE tag = $1", &[&tag])
+                        .await?
+                        .get(0);
+                    client.batch_execute("ROLLBACK").await?;
+                    let out = client
+                        .copy_out(&format!(
+                            "COPY (SELECT g FROM generate_series(1, {rows}) g) TO STDOUT"
+                        ))
+                        .await?;
+                    futures_util::pin_mut!(out);
+                    let mut text = Vec::new();
+                    while let Some(chunk) = out.next().await {
+                        text.extend_from_slice(&chunk?);
+                    }
+                    Ok::<_, tokio_postgres::Error>((copied, text))
+                };
+                match answer.await {
+                    Ok((copied, text)) => {
+                        let expected: String = (1..=rows).map(|g| format!("{g}\n")).collect();
+                        if copied as usize == rows && text == expected.as_bytes() {
+                            ctx.tally.ok("copy");
+                        } else {
+                            ctx.tally.finding(format!(
+                                "copy: {rows} rows in, {copied} counted; {} bytes out, {} expected",
+                                text.len(),
+                                expected.len()
+                            ));
+                        }
+                    }
+                    Err(e) => {
+                        ctx.tally.error("copy", session, &e);
+                        let _ = client.batch_execute("ROLLBACK").await;
+                    }
+                }
+            }
+            _ => {
+                let name = format!("chaos_{}", rng.below(1_000_000));
+                let answer = async {
+                    client
+                        .batch_execute(&format!("SET application_name = '{name}'"))
+                        .await?;
+                    let row = client.query_one("SHOW application_name", &[]).await?;
+                    Ok::<_, tokio_postgres::Error>(row.get::<_, String>(0))
+                };
+                match answer.await {
+                    Ok(got) if got == name => ctx.tally.ok("session state"),
+                    Ok(got) => ctx
+                        .tally
+                        .finding(format!("session state: SET {name}, SHOW said {got}")),
+                    Err(e) => ctx.tally.error("session state", session, &e),
+                }
+            }
+        }
+    };
+    let outcome = tokio::time::timeout(HANG, fut).await;
+    if outcome.is_err() {
+        ctx.tally
+            .finding(format!("operation {pick} hung for {HANG:?}"));
+        return false;
+    }
+    !client.is_closed()
+}
+
+/// A client that keeps its connection (making a new one when chaos closes it).
+pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
+    let user = USERS[(n % 2) as usize];
+    let (db, session) = if n.is_multiple_of(3) {
+        ("app_sess", true)
+    } else {
+        ("app_tx", false)
+    };
+    let mut conn = None;
+    let mut kept = None;
+    while Instant::now() < ctx.stop_at {
+        if conn.is_none() {
+            conn = connect(&ctx, user, db).await;
+            kept = None;
+            continue;
+        }
+        let (client, _) = conn.as_ref().unwrap();
+        // One statement prepared when the connection is made and used for its whole life: in
+        // transaction pooling it meets servers that never saw it (new after a restart, a
+        // RECONNECT or a RELOAD), where the pooler prepares it again unseen.
+        if kept.is_none() {
+            match client
+                .prepare("SELECT $1::int8 - 1, current_user::text")
+                .await
+            {
+                Ok(st) => kept = Some(st),
+                Err(e) => {
+                    ctx.tally.error("prepared once", session, &e);
+                    if client.is_closed() {
+                        conn = None;
+                    }
+                    continue;
+                }
+            }
+        }
+        if rng.below(3) == 0 {
+            let x = rng.below(1 << 40) as i64;
+            let st = kept.as_ref().unwrap();
+            match tokio::time::timeout(HANG, client.query_one(st, &[&x])).await {
+                Ok(Ok(row))
+                    if row.get::<_, i64>(0) == x - 1 && row.get::<_, String>(1) == user.0 =>
+                {
+                    ctx.tally.ok("prepared once")
+                }
+                Ok(Ok(row)) => ctx.tally.finding(format!(
+                    "prepared once: ({x}) answered ({}, {})",
+                    row.get::<_, i64>(0),
+                    row.get::<_, String>(1)
+                )),
+                Ok(Err(e)) => ctx.tally.error("prepared once", session, &e),
+                Err(_) => ctx.tally.finding("prepared once: hung".into()),
+            }
+            if client.is_closed() {
+                conn = None;
+                kept = None;
+            }
+            continue;
+        }
+        if !operate(&ctx, client, session, &mut rng).await {
+            conn = None;
+            kept = None;
+        }
+    }
+}
+
+/// A client per operation; some go away in the middle of a query.
+pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
+    while Instant::now() < ctx.stop_at {
+        let user = USERS[rng.below(2) as usize];
+        let db = if rng.below(4) == 0 {
+            "app_sess"
+        } else {
+            "app_tx"
+        };
+        let Some((client, task)) = connect(&ctx, user, db).await else {
+            continue;
+        };
+        if rng.below(3) == 0 {
+            // Abandoned: the client's socket closes while its query runs on a server.
+            let query = client.simple_query("SELECT pg_sleep(0.2)");
+            let _ = tokio::time::timeout(Duration::from_millis(20 + n), query).await;
+            ctx.tally.ok("abandoned");
+        } else {
+            operate(&ctx, &client, db == "app_sess", &mut rng).await;
+        }
+        drop(client);
+        task.abort();
+    }
+}
