@@ -226,3 +226,41 @@ async fn tls_clients_move_between_workers_without_losing_a_reply() {
     assert!(now.3 >= on_1, "moves: {now:?}");
     all_answer(&mut clients, 200).await;
 }
+
+/// A TLS client that stops reading a large result, and that the pooler then ends
+/// (query_timeout): its relay gave up on a write the TLS layer had partly taken, and the FATAL is
+/// a different write. The FATAL goes out behind those bytes and the connection closes, without
+/// a panic in the writer (which took the relay's pending bytes for the FATAL's before: found by
+/// the TLS chaos soak), and the pooler goes on serving.
+#[tokio::test]
+async fn a_client_ended_while_its_tls_output_is_blocked_is_closed_cleanly() {
+    pg_with_ssl();
+    let s = builder(&ini(
+        "auth_type = trust\nclient_tls_sslmode = require\nserver_tls_sslmode = require\n\
+         pool_mode = transaction\nquery_timeout = 1\n",
+        DB_BY_IP,
+    ))
+    .start();
+    let ca = &Certs::get().ca.pem.cert;
+    let mut c = PgTls::connect(s.port, ca, Negotiation::SslRequest)
+        .await
+        .unwrap();
+    c.startup("trust_user", "app").await.unwrap();
+    // About 200 MB of rows, far more than the sockets and buffers between us hold.
+    let sql = b"SELECT repeat('x', 2000) FROM generate_series(1, 100000)\0";
+    c.send(&RawConn::message(b'Q', sql)).await.unwrap();
+    // query_timeout ends the client while the relay waits for us to read.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !s.log().contains("query timeout") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(s.log().contains("query timeout"), "{}", s.log());
+    let (_, closed) = c.read_until_close(Duration::from_secs(20)).await;
+    assert!(closed, "the connection stayed open");
+    assert!(!s.log().contains("panicked"), "{}", s.log());
+    let mut other = PgTls::connect(s.port, ca, Negotiation::SslRequest)
+        .await
+        .unwrap();
+    other.startup("trust_user", "app").await.unwrap();
+    assert_eq!(other.query("SELECT 7").await.unwrap().as_deref(), Some("7"));
+}

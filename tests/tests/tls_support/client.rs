@@ -125,6 +125,26 @@ impl PgTls {
         self.until_ready().await
     }
 
+    /// Send already framed messages and read nothing.
+    pub async fn send(&mut self, msgs: &[u8]) -> io::Result<()> {
+        self.stream.write_all(msgs).await?;
+        self.stream.flush().await
+    }
+
+    /// Read until the server closes the stream (true) or `timeout` passes (false); the bytes read.
+    pub async fn read_until_close(&mut self, timeout: Duration) -> (Vec<u8>, bool) {
+        let mut all = Vec::new();
+        let mut chunk = vec![0u8; 64 * 1024];
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.stream.read(&mut chunk)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return (all, true),
+                Ok(Ok(n)) => all.extend_from_slice(&chunk[..n]),
+                Err(_) => return (all, false),
+            }
+        }
+    }
+
     async fn until_ready(&mut self) -> Result<Option<String>, HashMap<u8, String>> {
         let mut first = None;
         let mut error = None;
