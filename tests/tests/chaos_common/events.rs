@@ -52,17 +52,21 @@ pub(super) async fn chaos(ctx: Arc<Ctx>, mut rng: Rng) {
         match rng.below(9) {
             0 => {
                 pool_size = if pool_size == 6 { 3 } else { 6 };
-                ctx.sluice.rewrite_config(&ini(pool_size, &ctx.socket_dir));
+                ctx.sluice
+                    .rewrite_config(&ini(pool_size, &ctx.socket_dir, ctx.mode));
                 admin(&ctx, &mut console, "RELOAD").await;
                 ctx.tally.chaos("reload");
             }
             1 => {
                 let held = Duration::from_millis(rng.below(500));
-                undone_after(&ctx, &mut console, "PAUSE app_tx", held, "RESUME app_tx").await;
+                let db = ["app_tx", "app_stmt"][rng.below(2) as usize];
+                let (pause, resume) = (format!("PAUSE {db}"), format!("RESUME {db}"));
+                undone_after(&ctx, &mut console, &pause, held, &resume).await;
                 ctx.tally.chaos("pause/resume");
             }
             2 => {
-                admin(&ctx, &mut console, "RECONNECT app_tx").await;
+                let db = Pooling::ALL[rng.below(3) as usize].db();
+                admin(&ctx, &mut console, &format!("RECONNECT {db}")).await;
                 ctx.tally.chaos("reconnect");
             }
             3 => {

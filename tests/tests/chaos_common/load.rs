@@ -1,27 +1,68 @@
 //! The soak's clients: what each operation does and checks, the clients that keep a connection
 //! and those that make one per operation.
 
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::Socket;
+
 use super::*;
 
 pub(super) const USERS: [(&str, &str); 2] =
     [("md5_user", "md5_pass"), ("scram_user", "scram_pass")];
 
-pub(super) async fn connect(
+type Connection = (tokio_postgres::Client, tokio::task::JoinHandle<()>);
+
+/// Log in as `user` to `db`, over TLS (required) in TLS mode, where a SCRAM login must bind to
+/// the TLS channel (SCRAM-SHA-256-PLUS); the connection's task is spawned.
+pub(super) async fn open(
     ctx: &Ctx,
     user: (&str, &str),
     db: &str,
-) -> Option<(tokio_postgres::Client, tokio::task::JoinHandle<()>)> {
+) -> Result<Connection, tokio_postgres::Error> {
+    async fn with<T>(conn_str: &str, tls: T) -> Result<Connection, tokio_postgres::Error>
+    where
+        T: MakeTlsConnect<Socket>,
+        T::Stream: Send + 'static,
+        T::TlsConnect: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        let (client, conn) = tokio_postgres::connect(conn_str, tls).await?;
+        let task = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok((client, task))
+    }
     let conn_str = ctx.sluice.conn_str(user.0, user.1, db);
-    match tokio::time::timeout(HANG, tokio_postgres::connect(&conn_str, NoTls)).await {
-        Ok(Ok((client, conn))) => {
-            let task = tokio::spawn(async move {
-                let _ = conn.await;
-            });
+    match &ctx.tls {
+        Some(tls) => {
+            let binding = if user.0 == "scram_user" {
+                "require"
+            } else {
+                "disable"
+            };
+            let conn_str = format!("{conn_str} sslmode=require channel_binding={binding}");
+            with(&conn_str, tls.clone()).await
+        }
+        None => with(&conn_str, NoTls).await,
+    }
+}
+
+/// Send a CancelRequest the way the client logged in (over TLS in TLS mode).
+async fn cancel(tls: Option<tls::Rustls>, token: tokio_postgres::CancelToken) {
+    let _ = match tls {
+        Some(tls) => token.cancel_query(tls).await,
+        None => token.cancel_query(NoTls).await,
+    };
+}
+
+pub(super) async fn connect(ctx: &Ctx, user: (&str, &str), pooling: Pooling) -> Option<Connection> {
+    let db = pooling.db();
+    match tokio::time::timeout(HANG, open(ctx, user, db)).await {
+        Ok(Ok(connection)) => {
             ctx.tally.ok("login");
-            Some((client, task))
+            Some(connection)
         }
         Ok(Err(e)) => {
-            ctx.tally.error("login", db == "app_sess", &e);
+            ctx.tally.error("login", pooling, &e);
             tokio::time::sleep(Duration::from_millis(50)).await;
             None
         }
@@ -37,11 +78,17 @@ pub(super) async fn connect(
 pub(super) async fn operate(
     ctx: &Ctx,
     client: &tokio_postgres::Client,
-    session: bool,
+    pooling: Pooling,
     rng: &mut Rng,
 ) -> bool {
     ctx.ops.fetch_add(1, Ordering::Relaxed);
-    let pick = rng.below(if session { 10 } else { 9 });
+    let pick = match pooling {
+        Pooling::Session => rng.below(10),
+        Pooling::Transaction => rng.below(9),
+        // Statement pooling: what runs outside a transaction block (prepared statements, large
+        // results, cancels, pipelines, autocommit writes).
+        Pooling::Statement => [2, 3, 4, 5, 7, 10, 10][rng.below(7) as usize],
+    };
     let fut = async {
         match pick {
             0 | 1 => {
@@ -53,7 +100,7 @@ pub(super) async fn operate(
                         ctx.tally.ok("commit");
                     }
                     Err(e) => {
-                        ctx.tally.error("commit", session, &e);
+                        ctx.tally.error("commit", pooling, &e);
                         // The batch stopped at the error: its transaction is still open (failed).
                         let _ = client.batch_execute("ROLLBACK").await;
                     }
@@ -77,7 +124,7 @@ pub(super) async fn operate(
                         a * 2 + b,
                         b * 2 + a
                     )),
-                    Err(e) => ctx.tally.error("prepared", session, &e),
+                    Err(e) => ctx.tally.error("prepared", pooling, &e),
                 }
             }
             4 => {
@@ -101,15 +148,16 @@ pub(super) async fn operate(
                             ));
                         }
                     }
-                    Err(e) => ctx.tally.error("rows", session, &e),
+                    Err(e) => ctx.tally.error("rows", pooling, &e),
                 }
             }
             5 => {
                 let token = client.cancel_token();
                 let started = Instant::now();
+                let tls = ctx.tls.clone();
                 let canceller = tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    token.cancel_query(NoTls).await
+                    cancel(tls, token).await
                 });
                 match client.simple_query("SELECT pg_sleep(5)").await {
                     Err(e) if e.code().map(|c| c.code()) == Some("57014") => {
@@ -123,7 +171,7 @@ pub(super) async fn operate(
                     // The cancel may lose the race with a chaos event or arrive before the query
                     // reached a server (PgBouncer drops those too): the sleep then ends normally.
                     Ok(_) => ctx.tally.ok("cancel missed"),
-                    Err(e) => ctx.tally.error("cancel", session, &e),
+                    Err(e) => ctx.tally.error("cancel", pooling, &e),
                 }
                 let _ = canceller.await;
             }
@@ -148,7 +196,7 @@ pub(super) async fn operate(
                         .tally
                         .finding(format!("failed transaction: got {got:?}")),
                     Err(e) => {
-                        ctx.tally.error("failed transaction", session, &e);
+                        ctx.tally.error("failed transaction", pooling, &e);
                         let _ = client.batch_execute("ROLLBACK").await;
                     }
                 }
@@ -193,7 +241,7 @@ pub(super) async fn operate(
                         "pipeline: the division by zero answered {:?}",
                         row.get::<_, i32>(0)
                     )),
-                    (Err(e), None) | (_, Some(e)) => ctx.tally.error("pipeline", session, &e),
+                    (Err(e), None) | (_, Some(e)) => ctx.tally.error("pipeline", pooling, &e),
                 }
             }
             8 => {
@@ -240,9 +288,27 @@ pub(super) async fn operate(
                         }
                     }
                     Err(e) => {
-                        ctx.tally.error("copy", session, &e);
+                        ctx.tally.error("copy", pooling, &e);
                         let _ = client.batch_execute("ROLLBACK").await;
                     }
+                }
+            }
+            10 => {
+                // One statement, its own transaction: acknowledged once CommandComplete and
+                // ReadyForQuery arrived.
+                let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
+                match client
+                    .execute("INSERT INTO chaos_commits VALUES ($1)", &[&id])
+                    .await
+                {
+                    Ok(1) => {
+                        ctx.tally.acked.lock().unwrap().push(id);
+                        ctx.tally.ok("autocommit");
+                    }
+                    Ok(n) => ctx
+                        .tally
+                        .finding(format!("autocommit insert {id}: {n} rows")),
+                    Err(e) => ctx.tally.error("autocommit", pooling, &e),
                 }
             }
             _ => {
@@ -259,7 +325,7 @@ pub(super) async fn operate(
                     Ok(got) => ctx
                         .tally
                         .finding(format!("session state: SET {name}, SHOW said {got}")),
-                    Err(e) => ctx.tally.error("session state", session, &e),
+                    Err(e) => ctx.tally.error("session state", pooling, &e),
                 }
             }
         }
@@ -276,16 +342,18 @@ pub(super) async fn operate(
 /// A client that keeps its connection (making a new one when chaos closes it).
 pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
     let user = USERS[(n % 2) as usize];
-    let (db, session) = if n.is_multiple_of(3) {
-        ("app_sess", true)
+    let pooling = if n >= 9 {
+        Pooling::Statement
+    } else if n.is_multiple_of(3) {
+        Pooling::Session
     } else {
-        ("app_tx", false)
+        Pooling::Transaction
     };
     let mut conn = None;
     let mut kept = None;
     while Instant::now() < ctx.stop_at {
         if conn.is_none() {
-            conn = connect(&ctx, user, db).await;
+            conn = connect(&ctx, user, pooling).await;
             kept = None;
             continue;
         }
@@ -300,7 +368,7 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             {
                 Ok(st) => kept = Some(st),
                 Err(e) => {
-                    ctx.tally.error("prepared once", session, &e);
+                    ctx.tally.error("prepared once", pooling, &e);
                     if client.is_closed() {
                         conn = None;
                     }
@@ -322,7 +390,7 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
                     row.get::<_, i64>(0),
                     row.get::<_, String>(1)
                 )),
-                Ok(Err(e)) => ctx.tally.error("prepared once", session, &e),
+                Ok(Err(e)) => ctx.tally.error("prepared once", pooling, &e),
                 Err(_) => ctx.tally.finding("prepared once: hung".into()),
             }
             if client.is_closed() {
@@ -331,7 +399,7 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             }
             continue;
         }
-        if !operate(&ctx, client, session, &mut rng).await {
+        if !operate(&ctx, client, pooling, &mut rng).await {
             conn = None;
             kept = None;
         }
@@ -342,12 +410,12 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
 pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
     while Instant::now() < ctx.stop_at {
         let user = USERS[rng.below(2) as usize];
-        let db = if rng.below(4) == 0 {
-            "app_sess"
-        } else {
-            "app_tx"
+        let pooling = match rng.below(6) {
+            0 => Pooling::Session,
+            1 => Pooling::Statement,
+            _ => Pooling::Transaction,
         };
-        let Some((client, task)) = connect(&ctx, user, db).await else {
+        let Some((client, task)) = connect(&ctx, user, pooling).await else {
             continue;
         };
         if rng.below(3) == 0 {
@@ -356,7 +424,7 @@ pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             let _ = tokio::time::timeout(Duration::from_millis(20 + n), query).await;
             ctx.tally.ok("abandoned");
         } else {
-            operate(&ctx, &client, db == "app_sess", &mut rng).await;
+            operate(&ctx, &client, pooling, &mut rng).await;
         }
         drop(client);
         task.abort();

@@ -1,6 +1,6 @@
 //! Chaos soak: many kinds of client work at once (transactions, prepared statements, large
-//! results, cancels, abandoned queries, failed transactions, login churn over md5 and SCRAM, both
-//! pool modes) while an operator and the network do their worst at random (RELOAD with a changed
+//! results, cancels, abandoned queries, failed transactions, login churn over md5 and SCRAM, all
+//! three pool modes) while an operator and the network do their worst at random (RELOAD with a changed
 //! pool size, PAUSE/RESUME, KILL/RESUME, DISABLE/ENABLE, RECONNECT, backends terminated,
 //! PostgreSQL restarted, garbage and wrong-password connections). What each test of one fault shows alone, this shows together.
 //!
@@ -9,9 +9,11 @@
 //! or doubled); nothing hangs; and afterwards the pooler is clean (no client or server left
 //! active, fresh logins work, no panic in its log, no descriptors leaked).
 //!
-//! The soak of tests/tests/chaos.rs (the chaos) and tests/tests/chaos_takeover.rs (the same load
-//! across an online restart, `--takeover`, with no other event: nobody may see an error). Each is
-//! its own test process: the chaos restarts its process's cluster. `SLUICE_CHAOS_SECS` sets the
+//! The soak of tests/tests/chaos.rs (the chaos), tests/tests/chaos_tls.rs (the chaos with TLS on
+//! both legs: clients verify Sluice's certificate and bind SCRAM to it, Sluice verifies
+//! PostgreSQL's) and tests/tests/chaos_takeover.rs (the same load across an online restart,
+//! `--takeover`, with no other event: nobody may see an error). Each is its own test process: the
+//! chaos restarts its process's cluster. `SLUICE_CHAOS_SECS` sets the
 //! length (default 15 s in the test command); `SLUICE_CHAOS_SEED` replays a run's choices (the
 //! seed is printed).
 #![allow(dead_code)]
@@ -26,6 +28,9 @@ use tokio_postgres::NoTls;
 
 mod events;
 mod load;
+mod tls;
+#[path = "../tls_support/mod.rs"]
+mod tls_support;
 
 use events::chaos;
 use load::{churn, steady, USERS};
@@ -35,26 +40,75 @@ use load::{churn, steady, USERS};
 const HANG: Duration = Duration::from_secs(30);
 
 const DATABASES: &str = "app_tx = host={pg_host} port={pg_port} dbname=app pool_mode=transaction\n\
-                         app_sess = host={pg_host} port={pg_port} dbname=app pool_mode=session";
+                         app_sess = host={pg_host} port={pg_port} dbname=app pool_mode=session\n\
+                         app_stmt = host={pg_host} port={pg_port} dbname=app pool_mode=statement";
 
 const HBA: &str = "host pgbouncer trust_user 127.0.0.1/32 trust\n\
                    host all md5_user 127.0.0.1/32 md5\n\
                    host all scram_user 127.0.0.1/32 scram-sha-256\n";
 
-/// How the soak runs: with random operator and network events, or across one takeover.
+/// With TLS: the application's users only over TLS (the console stays plain).
+const HBA_TLS: &str = "host pgbouncer trust_user 127.0.0.1/32 trust\n\
+                       hostssl all md5_user 127.0.0.1/32 md5\n\
+                       hostssl all scram_user 127.0.0.1/32 scram-sha-256\n";
+
+/// TLS towards clients (Sluice's certificate, as {dir}/sluice.crt) and towards PostgreSQL, whose
+/// certificate is checked against the test CA (verify-ca: it names localhost, not 127.0.0.1).
+const TLS_LINES: &str = "client_tls_sslmode = prefer\nclient_tls_cert_file = {dir}/sluice.crt\n\
+                         client_tls_key_file = {dir}/sluice.key\nserver_tls_sslmode = verify-ca\n\
+                         server_tls_ca_file = {dir}/ca.crt\n";
+
+/// How the soak runs: with random operator and network events (over plain TCP or TLS), or across
+/// one takeover.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
     Chaos,
+    ChaosTls,
     Takeover,
 }
 
-fn ini(pool_size: u32, socket_dir: &str) -> String {
+impl Mode {
+    fn tls(self) -> bool {
+        self == Mode::ChaosTls
+    }
+}
+
+/// The pool mode of a client's database.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Pooling {
+    Transaction,
+    Session,
+    Statement,
+}
+
+impl Pooling {
+    const ALL: [Pooling; 3] = [Pooling::Transaction, Pooling::Session, Pooling::Statement];
+
+    fn db(self) -> &'static str {
+        match self {
+            Pooling::Transaction => "app_tx",
+            Pooling::Session => "app_sess",
+            Pooling::Statement => "app_stmt",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Pooling::Transaction => "transaction",
+            Pooling::Session => "session",
+            Pooling::Statement => "statement",
+        }
+    }
+}
+
+fn ini(pool_size: u32, socket_dir: &str, mode: Mode) -> String {
+    let tls = if mode.tls() { TLS_LINES } else { "" };
     let ini = Sluice::basic_ini(
         &format!(
             "auth_type = hba\nauth_hba_file = {{hba}}\nadmin_users = trust_user\n\
              default_pool_size = {pool_size}\nmax_prepared_statements = 20\n\
              query_wait_timeout = 10\nserver_connect_timeout = 5\nserver_login_retry = 1\n\
-             client_login_timeout = 10\nlog_connections = 0\nlog_disconnections = 0\n"
+             client_login_timeout = 10\nlog_connections = 0\nlog_disconnections = 0\n{tls}"
         ),
         DATABASES,
     );
@@ -106,23 +160,25 @@ impl Tally {
     }
     /// An error during chaos is expected (a terminated backend, a restart, a pool full); one that
     /// shows the protocol or the statement bookkeeping went wrong is a finding.
-    fn error(&self, kind: &'static str, session: bool, e: &tokio_postgres::Error) {
+    fn error(&self, kind: &'static str, pooling: Pooling, e: &tokio_postgres::Error) {
         let text = match e.as_db_error() {
             Some(db) => format!("{}: {}", db.severity(), db.message()),
             None => e.to_string(),
         };
         let code = e.code().map(|c| c.code().to_string());
-        let mode = if session { "session" } else { "transaction" };
+        let mode = pooling.name();
         let key = format!(
             "{kind} ({mode} pooling) {}",
             code.clone().unwrap_or_else(|| short(&text))
         );
-        // A cancel that reached a query it was not sent for: in transaction pooling, the pooler
-        // let another query onto a server before a cancel aimed at it had landed.
+        // A cancel that reached a query it was not sent for: in transaction (or statement)
+        // pooling, the pooler let another query onto a server before a cancel aimed at it had
+        // landed.
         // In session pooling the server is the client's own, and the next query it gets cancelled
         // is its own, as on a direct connection: tokio-postgres' cancel_query does not wait for
         // the cancel to land (libpq's does), and PostgreSQL signals the backend twice.
-        let misdirected = kind != "cancel" && !session && code.as_deref() == Some("57014");
+        let misdirected =
+            kind != "cancel" && pooling != Pooling::Session && code.as_deref() == Some("57014");
         let confused = misdirected
             || text.contains("unexpected message")
             || text.contains("invalid message")
@@ -146,6 +202,9 @@ fn short(text: &str) -> String {
 
 struct Ctx {
     sluice: Sluice,
+    mode: Mode,
+    /// The clients' TLS connector (TLS mode).
+    tls: Option<tls::Rustls>,
     socket_dir: String,
     tally: Tally,
     next_id: AtomicI64,
@@ -153,10 +212,79 @@ struct Ctx {
     ops: AtomicU64,
 }
 
-fn fd_count(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
+/// A process's descriptors: its TCP sockets as (local port, remote port, state) from
+/// /proc/net/tcp, and the links of the others.
+struct Descriptors {
+    tcp: Vec<(u16, u16, String)>,
+    other: Vec<String>,
+}
+
+impl Descriptors {
+    fn of(pid: u32) -> Descriptors {
+        let mut by_inode = std::collections::HashMap::new();
+        for table in ["tcp", "tcp6"] {
+            let text =
+                std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+            for line in text.lines().skip(1) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if f.len() < 10 {
+                    continue;
+                }
+                let port = |a: &str| {
+                    a.rsplit(':')
+                        .next()
+                        .and_then(|p| u16::from_str_radix(p, 16).ok())
+                        .unwrap_or(0)
+                };
+                let state = match f[3] {
+                    "01" => "ESTABLISHED",
+                    "02" => "SYN_SENT",
+                    "06" => "TIME_WAIT",
+                    "07" => "CLOSE",
+                    "08" => "CLOSE_WAIT",
+                    "0A" => "LISTEN",
+                    other => other,
+                };
+                by_inode.insert(
+                    f[9].to_string(),
+                    (port(f[1]), port(f[2]), state.to_string()),
+                );
+            }
+        }
+        let mut d = Descriptors {
+            tcp: Vec::new(),
+            other: Vec::new(),
+        };
+        for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let link = std::fs::read_link(entry.path())
+                .map(|l| l.display().to_string())
+                .unwrap_or_default();
+            let inode = link
+                .strip_prefix("socket:[")
+                .and_then(|l| l.strip_suffix(']'));
+            match inode.and_then(|i| by_inode.get(i)) {
+                Some(t) => d.tcp.push(t.clone()),
+                None => d.other.push(link),
+            }
+        }
+        d
+    }
+}
+
+/// The log lines from each panic on (its message and backtrace), up to 30 each.
+fn panic_lines(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.contains("panicked"))
+        .flat_map(|(i, _)| lines[i..lines.len().min(i + 30)].iter().copied())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Run the soak; panics with the findings.
@@ -176,7 +304,11 @@ pub async fn soak(mode: Mode) {
                 | 1
         });
     println!("{mode:?}: {secs} s, SLUICE_CHAOS_SEED={seed}");
-    let pg = PgCluster::get();
+    let pg = if mode.tls() {
+        tls_support::pg_with_ssl()
+    } else {
+        PgCluster::get()
+    };
     pg.psql(
         "app",
         "DROP TABLE IF EXISTS chaos_commits; CREATE TABLE chaos_commits(id bigint PRIMARY KEY); \
@@ -192,17 +324,26 @@ pub async fn soak(mode: Mode) {
         .tempdir()
         .unwrap();
     let socket_dir = match mode {
-        Mode::Chaos => "{dir}".to_string(),
+        Mode::Chaos | Mode::ChaosTls => "{dir}".to_string(),
         Mode::Takeover => shared.path().display().to_string(),
     };
-    let builder = Sluice::builder(&ini(6, &socket_dir))
+    let mut builder = Sluice::builder(&ini(6, &socket_dir, mode))
         .userlist(&users)
-        .file("hba.conf", HBA);
+        .file("hba.conf", if mode.tls() { HBA_TLS } else { HBA });
+    let certs = tls_support::Certs::get();
+    if mode.tls() {
+        builder = builder
+            .file("sluice.crt", &certs.sluice.cert)
+            .file("sluice.key", &certs.sluice.key)
+            .file("ca.crt", &certs.ca.pem.cert);
+    }
     let sluice = builder.clone().start();
     let port = sluice.port;
-    let fds_before = fd_count(sluice.pid());
+    let others_before = Descriptors::of(sluice.pid()).other.len();
     let ctx = Arc::new(Ctx {
         sluice,
+        mode,
+        tls: mode.tls().then(|| tls::Rustls::new(&certs.ca.pem.cert)),
         socket_dir,
         tally: Tally::default(),
         next_id: AtomicI64::new(1),
@@ -211,14 +352,14 @@ pub async fn soak(mode: Mode) {
     });
     let mut rng = Rng(seed);
     let mut tasks = Vec::new();
-    for n in 0..9 {
+    for n in 0..11 {
         tasks.push(tokio::spawn(steady(ctx.clone(), n, Rng(rng.next() | 1))));
     }
     for n in 0..4 {
         tasks.push(tokio::spawn(churn(ctx.clone(), n, Rng(rng.next() | 1))));
     }
     let successor = match mode {
-        Mode::Chaos => {
+        Mode::Chaos | Mode::ChaosTls => {
             tasks.push(tokio::spawn(chaos(ctx.clone(), Rng(rng.next() | 1))));
             None
         }
@@ -261,7 +402,10 @@ pub async fn soak(mode: Mode) {
                 .finding("the new process never said the takeover is complete".into());
         }
         if new.log().contains("panicked") {
-            ctx.tally.finding("a panic in the new process's log".into());
+            ctx.tally.finding(format!(
+                "a panic in the new process's log:\n{}",
+                panic_lines(&new.log())
+            ));
         }
     }
 
@@ -272,7 +416,7 @@ pub async fn soak(mode: Mode) {
             .await
             .expect("console of the new process");
         let stats = console.query("SHOW STATS").await.expect("SHOW STATS");
-        for db in ["app_tx", "app_sess"] {
+        for db in Pooling::ALL.map(Pooling::db) {
             let served: u64 = stats
                 .find("total_xact_count", |row| {
                     row[stats.col("database")].as_deref() == Some(db)
@@ -296,7 +440,8 @@ pub async fn soak(mode: Mode) {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let pools = console.query("SHOW POOLS").await.expect("SHOW POOLS");
-            let busy: Vec<String> = ["app_tx", "app_sess"]
+            let busy: Vec<String> = Pooling::ALL
+                .map(Pooling::db)
                 .iter()
                 .flat_map(|db| {
                     ["cl_active", "cl_waiting", "sv_active"]
@@ -325,15 +470,33 @@ pub async fn soak(mode: Mode) {
         ctx.tally
             .finding(format!("15 s after the run the pools still show {busy:?}"));
     }
-    for db in ["app_tx", "app_sess"] {
+    for db in Pooling::ALL.map(Pooling::db) {
         for user in USERS {
-            let c = ctx
-                .sluice
-                .connect(user.0, user.1, db)
+            let (c, _task) = load::open(&ctx, user, db)
                 .await
                 .unwrap_or_else(|e| panic!("fresh login {} to {db}: {e}", user.0));
             let v: i32 = c.query_one("SELECT 41 + 1", &[]).await.unwrap().get(0);
             assert_eq!(v, 42);
+        }
+    }
+    if mode.tls() {
+        // The server leg was TLS throughout: every server open now (new ones after each restart
+        // of PostgreSQL) says so.
+        let mut console = Console::connect(ctx.sluice.port, "trust_user", "")
+            .await
+            .expect("console after the run");
+        let servers = console.query("SHOW SERVERS").await.expect("SHOW SERVERS");
+        let plain: Vec<String> = servers
+            .rows
+            .iter()
+            .filter(|row| row[servers.col("tls")].as_deref().unwrap_or("").is_empty())
+            .map(|row| format!("{row:?}"))
+            .collect();
+        if servers.rows.is_empty() || !plain.is_empty() {
+            ctx.tally.finding(format!(
+                "{} servers listed, without TLS: {plain:?}",
+                servers.rows.len()
+            ));
         }
     }
 
@@ -356,8 +519,10 @@ pub async fn soak(mode: Mode) {
         ));
     }
 
-    // Descriptors: what the process had at the start, plus one per server and client it lists
-    // now (idle servers stay open), plus a little slack for sockets still closing.
+    // Descriptors: every TCP socket to PostgreSQL is a server SHOW SERVERS lists (idle servers
+    // stay open), every one from a client is a client SHOW CLIENTS lists, once sockets still
+    // closing (a forwarded cancel) are gone; the other descriptors are those of the start, plus
+    // what the runtime makes on first use (the authentication threads' event loops).
     let pid = successor.as_ref().unwrap_or(&ctx.sluice).pid();
     let mut console = Console::connect(port, "trust_user", "")
         .await
@@ -366,17 +531,37 @@ pub async fn soak(mode: Mode) {
     loop {
         let servers = console.query("SHOW SERVERS").await.expect("SHOW SERVERS");
         let clients = console.query("SHOW CLIENTS").await.expect("SHOW CLIENTS");
-        let listed = servers.rows.len() + clients.rows.len();
-        let fds = fd_count(pid);
-        if fds <= fds_before + listed + 4 {
+        let column = |r: &sluice_e2e::ConsoleResult, col: &str| -> Vec<u16> {
+            r.rows
+                .iter()
+                .filter_map(|row| row[r.col(col)].as_deref().and_then(|v| v.parse().ok()))
+                .collect()
+        };
+        let (server_ports, client_ports) =
+            (column(&servers, "local_port"), column(&clients, "port"));
+        let d = Descriptors::of(pid);
+        let unlisted: Vec<String> = d
+            .tcp
+            .iter()
+            .filter(|(local, remote, state)| {
+                if *remote == pg.port {
+                    !server_ports.contains(local)
+                } else {
+                    *local == port && state != "LISTEN" && !client_ports.contains(remote)
+                }
+            })
+            .map(|(local, remote, state)| format!("{local} -> {remote} {state}"))
+            .collect();
+        let others_grew = d.other.len() > others_before + 12;
+        if unlisted.is_empty() && !others_grew {
             break;
         }
         if Instant::now() > deadline {
             ctx.tally.finding(format!(
-                "descriptors: {fds_before} at the start, {fds} after the run for {} servers and \
-                 {} clients listed",
-                servers.rows.len(),
-                clients.rows.len()
+                "descriptors: TCP sockets no server or client listed: {unlisted:?}; {} other \
+                 descriptors, {others_before} at the start: {:?}",
+                d.other.len(),
+                d.other
             ));
             break;
         }
@@ -384,7 +569,8 @@ pub async fn soak(mode: Mode) {
     }
     let log = successor.as_ref().unwrap_or(&ctx.sluice).log();
     if log.contains("panicked") {
-        ctx.tally.finding("a panic in the log".into());
+        ctx.tally
+            .finding(format!("a panic in the log:\n{}", panic_lines(&log)));
     }
 
     println!("chaos: {} operations", ctx.ops.load(Ordering::Relaxed));
@@ -410,6 +596,7 @@ pub async fn soak(mode: Mode) {
         "login",
         "pipeline",
         "copy",
+        "autocommit",
     ] {
         assert!(
             ok.get(kind).copied().unwrap_or(0) > 0,
