@@ -267,8 +267,19 @@ async fn cancel_request_stops_a_running_query() {
 /// servers back, 80 of 151 and 12 of 168 of `b`'s queries were cancelled here, in two runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_never_reaches_the_next_clients_query() {
-    let u = new_role("cancel_next").await;
-    let extra = "pool_mode = transaction\ndefault_pool_size = 1";
+    cancel_never_reaches_the_next_query("transaction").await;
+}
+
+/// The same in statement pooling, where the server goes back after every statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_never_reaches_the_next_clients_query_in_statement_pooling() {
+    cancel_never_reaches_the_next_query("statement").await;
+}
+
+async fn cancel_never_reaches_the_next_query(mode: &str) {
+    let u = new_role(&format!("cancel_next_{mode}")).await;
+    let extra = format!("pool_mode = {mode}\ndefault_pool_size = 1");
+    let extra = extra.as_str();
     let s = start(extra, &[&u]);
     let (hits, ran, cancelled) = cancels_beside_queries(s.port, &u).await;
     assert!(hits > 100, "only {hits} of a's 150 sleeps were cancelled");

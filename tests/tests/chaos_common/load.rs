@@ -75,13 +75,21 @@ pub(super) async fn connect(ctx: &Ctx, user: (&str, &str), pooling: Pooling) -> 
 }
 
 /// One operation on `client`; false = the connection is gone (the caller makes a new one).
+/// `own_cancel`: a cancel this client sent may still land (see `Tally::error_exposed`); it covers
+/// the next operation only, and a cancel operation sets it again when its sleep ended otherwise.
 pub(super) async fn operate(
     ctx: &Ctx,
     client: &tokio_postgres::Client,
     pooling: Pooling,
     rng: &mut Rng,
+    own_cancel: &mut bool,
 ) -> bool {
     ctx.ops.fetch_add(1, Ordering::Relaxed);
+    let exposed = std::mem::take(own_cancel);
+    let error = |kind: &'static str, e: &tokio_postgres::Error| {
+        ctx.tally.error_exposed(kind, pooling, exposed, e)
+    };
+    let mut cancel_pending = false;
     let pick = match pooling {
         Pooling::Session => rng.below(10),
         Pooling::Transaction => rng.below(9),
@@ -100,7 +108,7 @@ pub(super) async fn operate(
                         ctx.tally.ok("commit");
                     }
                     Err(e) => {
-                        ctx.tally.error("commit", pooling, &e);
+                        error("commit", &e);
                         // The batch stopped at the error: its transaction is still open (failed).
                         let _ = client.batch_execute("ROLLBACK").await;
                     }
@@ -124,7 +132,7 @@ pub(super) async fn operate(
                         a * 2 + b,
                         b * 2 + a
                     )),
-                    Err(e) => ctx.tally.error("prepared", pooling, &e),
+                    Err(e) => error("prepared", &e),
                 }
             }
             4 => {
@@ -148,7 +156,7 @@ pub(super) async fn operate(
                             ));
                         }
                     }
-                    Err(e) => ctx.tally.error("rows", pooling, &e),
+                    Err(e) => error("rows", &e),
                 }
             }
             5 => {
@@ -171,7 +179,11 @@ pub(super) async fn operate(
                     // The cancel may lose the race with a chaos event or arrive before the query
                     // reached a server (PgBouncer drops those too): the sleep then ends normally.
                     Ok(_) => ctx.tally.ok("cancel missed"),
-                    Err(e) => ctx.tally.error("cancel", pooling, &e),
+                    // Ended by a chaos event: the cancel may land on what runs next.
+                    Err(e) => {
+                        error("cancel", &e);
+                        cancel_pending = true;
+                    }
                 }
                 let _ = canceller.await;
             }
@@ -196,7 +208,7 @@ pub(super) async fn operate(
                         .tally
                         .finding(format!("failed transaction: got {got:?}")),
                     Err(e) => {
-                        ctx.tally.error("failed transaction", pooling, &e);
+                        error("failed transaction", &e);
                         let _ = client.batch_execute("ROLLBACK").await;
                     }
                 }
@@ -241,7 +253,7 @@ pub(super) async fn operate(
                         "pipeline: the division by zero answered {:?}",
                         row.get::<_, i32>(0)
                     )),
-                    (Err(e), None) | (_, Some(e)) => ctx.tally.error("pipeline", pooling, &e),
+                    (Err(e), None) | (_, Some(e)) => error("pipeline", &e),
                 }
             }
             8 => {
@@ -288,7 +300,7 @@ pub(super) async fn operate(
                         }
                     }
                     Err(e) => {
-                        ctx.tally.error("copy", pooling, &e);
+                        error("copy", &e);
                         let _ = client.batch_execute("ROLLBACK").await;
                     }
                 }
@@ -308,7 +320,7 @@ pub(super) async fn operate(
                     Ok(n) => ctx
                         .tally
                         .finding(format!("autocommit insert {id}: {n} rows")),
-                    Err(e) => ctx.tally.error("autocommit", pooling, &e),
+                    Err(e) => error("autocommit", &e),
                 }
             }
             _ => {
@@ -325,12 +337,13 @@ pub(super) async fn operate(
                     Ok(got) => ctx
                         .tally
                         .finding(format!("session state: SET {name}, SHOW said {got}")),
-                    Err(e) => ctx.tally.error("session state", pooling, &e),
+                    Err(e) => error("session state", &e),
                 }
             }
         }
     };
     let outcome = tokio::time::timeout(HANG, fut).await;
+    *own_cancel = cancel_pending;
     if outcome.is_err() {
         ctx.tally
             .finding(format!("operation {pick} hung for {HANG:?}"));
@@ -351,10 +364,12 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
     };
     let mut conn = None;
     let mut kept = None;
+    let mut own_cancel = false;
     while Instant::now() < ctx.stop_at {
         if conn.is_none() {
             conn = connect(&ctx, user, pooling).await;
             kept = None;
+            own_cancel = false;
             continue;
         }
         let (client, _) = conn.as_ref().unwrap();
@@ -390,7 +405,12 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
                     row.get::<_, i64>(0),
                     row.get::<_, String>(1)
                 )),
-                Ok(Err(e)) => ctx.tally.error("prepared once", pooling, &e),
+                Ok(Err(e)) => ctx.tally.error_exposed(
+                    "prepared once",
+                    pooling,
+                    std::mem::take(&mut own_cancel),
+                    &e,
+                ),
                 Err(_) => ctx.tally.finding("prepared once: hung".into()),
             }
             if client.is_closed() {
@@ -399,7 +419,7 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             }
             continue;
         }
-        if !operate(&ctx, client, pooling, &mut rng).await {
+        if !operate(&ctx, client, pooling, &mut rng, &mut own_cancel).await {
             conn = None;
             kept = None;
         }
@@ -415,6 +435,11 @@ pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             1 => Pooling::Statement,
             _ => Pooling::Transaction,
         };
+        if rng.below(6) == 0 {
+            // A raw connection that reads a large result slowly (`slow.rs`).
+            slow::slow_read(&ctx, pooling, &mut rng).await;
+            continue;
+        }
         let Some((client, task)) = connect(&ctx, user, pooling).await else {
             continue;
         };
@@ -424,7 +449,7 @@ pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             let _ = tokio::time::timeout(Duration::from_millis(20 + n), query).await;
             ctx.tally.ok("abandoned");
         } else {
-            operate(&ctx, &client, pooling, &mut rng).await;
+            operate(&ctx, &client, pooling, &mut rng, &mut false).await;
         }
         drop(client);
         task.abort();

@@ -32,6 +32,10 @@ impl Rustls {
             .with_no_client_auth();
         Rustls(Arc::new(cfg))
     }
+
+    pub fn config(&self) -> Arc<rustls::ClientConfig> {
+        self.0.clone()
+    }
 }
 
 pub struct Stream<S>(tokio_rustls::client::TlsStream<S>);
