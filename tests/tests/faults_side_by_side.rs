@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use bad_input_common::{
     raw_login_at, raw_query, raw_scalar, rss_kib, status_kib, su, DB_LINE, USERLIST,
 };
-use sluice_e2e::{raise_own_nofile, Anchor, RawConn, Sluice};
+use sluice_e2e::{raise_own_nofile, Anchor, Console, RawConn, Sluice};
 
 /// One pooler under test: where it listens and its process (for /proc figures).
 struct Pooler {
@@ -243,4 +243,77 @@ async fn a_storm_side_by_side() {
     // Not a comparison (timings and memory are the bench's): a bound that a leak per client
     // would break.
     assert!(ours.0 < 64 * 1024, "{} bytes per client", ours.0);
+}
+
+/// Three idle servers whose backends PostgreSQL then terminates (an operator's
+/// pg_terminate_backend, a failover's fencing): how long until SHOW POOLS stops counting them
+/// (None: still counted after 5 s), and whether a client is served right after.
+async fn terminated_idle_servers(p: &Pooler) -> (Option<Duration>, String) {
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(raw_login_at(p.port, &[]).await);
+    }
+    // Three at once: three servers, each telling its backend's pid.
+    let pids = futures_util::future::join_all(clients.iter_mut().map(|c| {
+        raw_scalar(
+            c,
+            "SELECT pg_backend_pid()::text FROM pg_sleep(0.3) WHERE true",
+        )
+    }))
+    .await;
+    let mut console = Console::connect(p.port, "trust_user", "")
+        .await
+        .expect("console");
+    let sv_idle = |r: &sluice_e2e::ConsoleResult| {
+        r.find("sv_idle", |row| {
+            row[r.col("database")].as_deref() == Some("app")
+        })
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(0)
+    };
+    let before = sv_idle(&console.query("SHOW POOLS").await.unwrap());
+    assert_eq!(before, 3, "three idle servers before");
+    su(
+        "postgres",
+        format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM unnest(array[{}]) pid",
+            pids.join(",")
+        ),
+    )
+    .await;
+    let t0 = Instant::now();
+    let gone = loop {
+        if sv_idle(&console.query("SHOW POOLS").await.unwrap()) == 0 {
+            break Some(t0.elapsed());
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let after = raw_scalar(&mut clients[0], "SELECT 41 + 1").await;
+    (gone, after)
+}
+
+#[tokio::test]
+async fn terminated_idle_servers_side_by_side() {
+    let extra = "admin_users = trust_user";
+    let theirs = match pgbouncer(extra) {
+        Some(p) => Some(terminated_idle_servers(&p).await),
+        None => None,
+    };
+    let ours = terminated_idle_servers(&sluice(extra)).await;
+    row(
+        "terminated idle servers: out of SHOW POOLS",
+        theirs.as_ref().map(|t| format!("{:?}", t.0)),
+        format!("{:?}", ours.0),
+    );
+    assert_eq!(ours.1, "42", "a client after the terminations");
+    let gone = ours
+        .0
+        .expect("SHOW POOLS still counted the terminated servers after 5 s");
+    assert!(gone < Duration::from_secs(2), "{gone:?}");
+    if let Some(t) = theirs {
+        assert_eq!(t.1, "42", "PgBouncer: a client after the terminations");
+    }
 }

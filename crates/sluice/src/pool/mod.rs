@@ -583,6 +583,10 @@ impl Pool {
             let mut i = 0;
             while i < l.idle.len() {
                 let conn = &l.idle[i];
+                // A server PostgreSQL closed while it idled goes now, as PgBouncer drops one when
+                // its socket says so, rather than at its next hand-out (which never hands it out):
+                // SHOW SERVERS and SHOW POOLS do not count it meanwhile. One load per idle server
+                // (tokio's readiness); the kernel is asked only when that shows something.
                 let why = rules::close_idle(
                     conn.last_used.elapsed(),
                     conn.created.elapsed(),
@@ -590,7 +594,8 @@ impl Pool {
                     total,
                     settings.limits.min_pool_size,
                     &settings.timeouts,
-                );
+                )
+                .or_else(|| (!conn.stream.is_quiet(false)).then_some(rules::IdleClose::HungUp));
                 if why.is_some()
                     || self.close_needed(conn.id, conn.generation, &settings)
                     || conn.host_retired()
@@ -615,6 +620,9 @@ impl Pool {
                 }
                 Some(rules::IdleClose::IdleTimeout) => {
                     settings.connect.log.closing_conn(c, reason::IDLE_TIMEOUT)
+                }
+                Some(rules::IdleClose::HungUp) => {
+                    settings.connect.log.closing_conn(c, reason::CRASHED)
                 }
                 None if c.host_retired() => settings.connect.log.closing_conn(c, reason::HOST_OUT),
                 None => tracing::debug!("S-{}: {} closing idle server", c.id, self.key),

@@ -121,6 +121,9 @@ pub fn within_lifetime(age: Duration, served: bool, t: &ServerTimeouts) -> bool 
 pub enum IdleClose {
     Lifetime,
     IdleTimeout,
+    /// Its socket is no longer quiet: PostgreSQL closed it (pg_terminate_backend, a restart) or
+    /// sent something while it idled. (Not `close_idle`'s: the socket's state, not a time.)
+    HungUp,
 }
 
 /// Should the janitor close this idle server? `total` is the pool's server count, which may not fall

@@ -584,6 +584,37 @@ async fn a_dirty_server_is_never_handed_to_another_client() {
     }
 }
 
+/// An idle server whose socket hangs up or speaks is closed by the janitor's pass, not left
+/// counted as idle until a hand-out finds it (PgBouncer drops it when its socket says so).
+#[tokio::test(start_paused = true)]
+async fn the_janitor_closes_an_idle_server_that_hung_up_or_spoke() {
+    use tokio::io::AsyncWriteExt;
+    let f = fake(0);
+    let pool = pool_with(settings(2, 0), &f, ConnCounter::new());
+    for hang_up in [false, true] {
+        let s = pool.checkout().await.unwrap();
+        pool.release(s, true);
+        assert_eq!(pool.counts().idle, 1);
+        let mut peer = f.peers.lock().pop().expect("the server's peer socket");
+        if hang_up {
+            drop(peer);
+        } else {
+            peer.write_all(b"E\0\0\0\x08SFATAL\0").await.unwrap();
+            f.peers.lock().push(peer);
+        }
+        // The IO driver sees it (the paused clock advances while the runtime idles).
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        pool.maintain();
+        assert_eq!(pool.counts().idle, 0, "hang_up = {hang_up}");
+    }
+    // A quiet idle server stays.
+    let s = pool.checkout().await.unwrap();
+    pool.release(s, true);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    pool.maintain();
+    assert_eq!(pool.counts().idle, 1);
+}
+
 /// The hand-kept counts come back however a state ends: a pooler query whose task is dropped
 /// mid-way (its client gone) leaves no sv_tested behind, a connect dropped with its task no
 /// sv_login.

@@ -15,6 +15,8 @@ pub mod reason {
     pub const EVICTED: &str = "evicted";
     /// Its host left rotation or changed role (failover, lag, a stale primary).
     pub const HOST_OUT: &str = "host out of rotation or changed role";
+    /// An idle server whose socket hung up or spoke.
+    pub const CRASHED: &str = "server conn crashed?";
 }
 
 /// How one pool's servers are logged: its name in the lines and the two switches, as of the
