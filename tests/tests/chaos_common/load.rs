@@ -90,13 +90,18 @@ pub(super) async fn operate(
         ctx.tally.error_exposed(kind, pooling, exposed, e)
     };
     let mut cancel_pending = false;
-    let pick = match pooling {
-        Pooling::Session => rng.below(10),
-        Pooling::Transaction => rng.below(9),
-        // Statement pooling: what runs outside a transaction block (prepared statements, large
-        // results, cancels, pipelines, autocommit writes).
-        Pooling::Statement => [2, 3, 4, 5, 7, 10, 10][rng.below(7) as usize],
+    // 0 - 8 and 11 - 12 in transaction pooling; 9 (SET/SHOW) in session pooling too; statement
+    // pooling: what runs outside a transaction block (prepared statements, large results,
+    // cancels, pipelines, autocommit writes).
+    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12];
+    const SESSION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12];
+    const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 10, 10, 11, 12];
+    let ops = match pooling {
+        Pooling::Transaction => TRANSACTION,
+        Pooling::Session => SESSION,
+        Pooling::Statement => STATEMENT,
     };
+    let pick = ops[rng.below(ops.len() as u64) as usize];
     let fut = async {
         match pick {
             0 | 1 => {
@@ -321,6 +326,77 @@ pub(super) async fn operate(
                         .tally
                         .finding(format!("autocommit insert {id}: {n} rows")),
                     Err(e) => error("autocommit", &e),
+                }
+            }
+            11 => {
+                // More named statements than max_prepared_statements (20): the pooler evicts
+                // them from its servers and prepares them again unseen, each meant for its own
+                // text. Some texts are shared by other clients (the same statement, other names).
+                let base = rng.below(1_000) as i64;
+                let offsets: Vec<i64> = (0..25).map(|_| rng.below(40) as i64).collect();
+                let answer = async {
+                    let mut statements = Vec::new();
+                    for k in &offsets {
+                        let sql = format!("SELECT $1::int8 + {k}");
+                        statements.push(client.prepare(&sql).await?);
+                    }
+                    let mut got = Vec::new();
+                    for (st, _) in statements.iter().zip(&offsets).rev() {
+                        got.push(client.query_one(st, &[&base]).await?.get::<_, i64>(0));
+                    }
+                    got.reverse();
+                    Ok::<_, tokio_postgres::Error>(got)
+                };
+                match answer.await {
+                    Ok(got) => {
+                        let want: Vec<i64> = offsets.iter().map(|k| base + k).collect();
+                        if got == want {
+                            ctx.tally.ok("many prepared");
+                        } else {
+                            ctx.tally.finding(format!(
+                                "many prepared: {base} + {offsets:?} answered {got:?}"
+                            ));
+                        }
+                    }
+                    Err(e) => error("many prepared", &e),
+                }
+            }
+            12 => {
+                // Simple queries pipelined: each its own Query, sent before the first answer.
+                let base = rng.below(1 << 30) as i64;
+                let q: Vec<String> = (0..4).map(|i| format!("SELECT {}", base + i)).collect();
+                let (a, b, c, d) = tokio::join!(
+                    client.simple_query(&q[0]),
+                    client.simple_query(&q[1]),
+                    client.simple_query(&q[2]),
+                    client.simple_query(&q[3]),
+                );
+                let value = |r: Result<Vec<tokio_postgres::SimpleQueryMessage>, _>| {
+                    r.map(|msgs| {
+                        msgs.iter().find_map(|m| match m {
+                            tokio_postgres::SimpleQueryMessage::Row(row) => {
+                                row.get(0).map(str::to_string)
+                            }
+                            _ => None,
+                        })
+                    })
+                };
+                let got = [value(a), value(b), value(c), value(d)];
+                let mut wrong = Vec::new();
+                let mut failed = None;
+                for (i, r) in got.into_iter().enumerate() {
+                    match r {
+                        Ok(Some(v)) if v == (base + i as i64).to_string() => {}
+                        Ok(v) => wrong.push((i, v)),
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                match failed {
+                    _ if !wrong.is_empty() => ctx.tally.finding(format!(
+                        "simple pipeline from {base}: wrong answers {wrong:?}"
+                    )),
+                    None => ctx.tally.ok("simple pipeline"),
+                    Some(e) => error("simple pipeline", &e),
                 }
             }
             _ => {

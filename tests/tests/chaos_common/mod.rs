@@ -649,6 +649,8 @@ pub async fn soak(mode: Mode) {
         "pipeline",
         "copy",
         "autocommit",
+        "many prepared",
+        "simple pipeline",
     ] {
         assert!(
             ok.get(kind).copied().unwrap_or(0) > 0,
