@@ -9,7 +9,7 @@ mod bad_input_common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::{error_fields, RawConn, Sluice};
+use sluice_e2e::{error_fields, Anchor, RawConn, Sluice};
 
 use bad_input_common::{assert_works, raw_login, raw_query, raw_scalar, start, su, PROMPT};
 
@@ -352,4 +352,148 @@ async fn a_pipeline_inside_a_block_fails_request_by_request() {
     assert_eq!(status, b'I');
     assert_eq!(raw_scalar(&mut c, "SELECT 5").await, "5");
     assert_works(&s).await;
+}
+
+/// The messages of `bytes`, and how many bytes at the end are not a whole message.
+fn framed(bytes: &[u8]) -> (Vec<(u8, &[u8])>, usize) {
+    let mut msgs = Vec::new();
+    let mut at = 0;
+    while bytes.len() - at >= 5 {
+        let len = u32::from_be_bytes(bytes[at + 1..at + 5].try_into().unwrap()) as usize;
+        if len < 4 || bytes.len() - at < 1 + len {
+            break;
+        }
+        msgs.push((bytes[at], &bytes[at + 5..at + 1 + len]));
+        at += 1 + len;
+    }
+    (msgs, bytes.len() - at)
+}
+
+/// A server lost while its reply streams to a slow client, cut in the middle of a row (PostgreSQL
+/// dies mid-send when its client, the pooler, does not read): the client's stream is mid-message,
+/// so nothing may follow the cut. A FATAL written there would be read as the rest of the row (a
+/// row with wrong contents that a streaming driver hands to the application) and then as garbage.
+/// Every whole message the client gets must be a right row (or an error at a message boundary),
+/// and the connection closes. (When PostgreSQL dies between two rows, the client is told as after
+/// any lost server, ERROR and ReadyForQuery, and goes on.)
+#[tokio::test]
+async fn a_server_lost_mid_row_sends_nothing_after_the_cut() {
+    let s = tx_pool();
+    for round in 0..3 {
+        if let Err(e) = cut_mid_row(s.port, &format!("cut_mid_row_{round}")).await {
+            panic!("round {round}: {e}");
+        }
+    }
+    assert_works(&s).await;
+    // The same cut through PgBouncer 1.25.2, for comparison only (printed).
+    let pgb = Anchor::start(
+        "auth_type = trust\npool_mode = transaction\ndefault_pool_size = 1",
+        "app = host={pg_host} port={pg_port} dbname=app",
+        "\"trust_user\" \"\"\n",
+    );
+    if let Some(pgb) = pgb {
+        for round in 0..3 {
+            let theirs = cut_mid_row(pgb.port, &format!("cut_mid_row_pgb_{round}")).await;
+            eprintln!("side by side | a server lost mid-row | PgBouncer 1.25.2, round {round}: {theirs:?}");
+        }
+    }
+}
+
+/// One query of 200,000 rows through the pooler on `port` by a client that stops reading, its
+/// backend terminated while the reply is backed up: Ok(rows) when every whole message was right
+/// and nothing followed a cut, else what went wrong.
+async fn cut_mid_row(port: u16, marker: &str) -> Result<u64, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A small receive buffer: the reply backs up into the pooler and PostgreSQL.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut c = socket
+        .connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .unwrap();
+    c.write_all(&RawConn::startup_packet(&[
+        ("user", "trust_user"),
+        ("database", "app"),
+    ]))
+    .await
+    .unwrap();
+    let sql = format!("SELECT g, repeat('x', 500) AS {marker} FROM generate_series(1, 200000) g");
+    c.write_all(&query_msg(&sql)).await.unwrap();
+    // Read a little, then stop: the pooler's writes to us wait, PostgreSQL's to it too.
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    while got.len() < 100_000 {
+        let n = c.read(&mut chunk).await.unwrap();
+        if n == 0 {
+            return Err("closed early".into());
+        }
+        got.extend_from_slice(&chunk[..n]);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kill_running(marker).await;
+    // Everything until the pooler closes the connection, or answers the query's end.
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), c.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&chunk[..n]),
+            Err(_) => return Err("neither closed nor answered".into()),
+        }
+        let (msgs, _) = framed(&got);
+        if msgs.iter().filter(|(t, _)| *t == b'Z').count() >= 2 {
+            break;
+        }
+    }
+    let (msgs, cut) = framed(&got);
+    // Row `g` as PostgreSQL sends it.
+    let row = |g: u64| {
+        let g = g.to_string();
+        let mut m = vec![b'D'];
+        m.extend_from_slice(&(4 + 2 + 4 + g.len() as u32 + 4 + 500).to_be_bytes());
+        m.extend_from_slice(&[0, 2]);
+        m.extend_from_slice(&(g.len() as u32).to_be_bytes());
+        m.extend_from_slice(g.as_bytes());
+        m.extend_from_slice(&500u32.to_be_bytes());
+        m.extend_from_slice(&[b'x'; 500]);
+        m
+    };
+    let shown = |b: &[u8]| String::from_utf8_lossy(&b[b.len().saturating_sub(120)..]).into_owned();
+    let mut rows = 0u64;
+    for (tag, body) in &msgs {
+        match tag {
+            b'R' | b'S' | b'K' | b'Z' | b'T' => {}
+            b'D' => {
+                rows += 1;
+                if *body != &row(rows)[5..] {
+                    return Err(format!(
+                        "row {rows} is not what PostgreSQL sent: {:?}",
+                        shown(body)
+                    ));
+                }
+            }
+            b'E' => {
+                let f = error_fields(body);
+                if !(f[&b'C'].starts_with("08") || f[&b'C'] == "57P01") {
+                    return Err(format!("error {f:?}"));
+                }
+            }
+            other => {
+                return Err(format!(
+                    "after {rows} rows a message '{}': the stream lost its framing",
+                    *other as char
+                ))
+            }
+        }
+    }
+    if rows <= 100 {
+        return Err(format!("only {rows} rows"));
+    }
+    // A stream cut mid-row ends with that row's first bytes, and nothing after them.
+    let tail = &got[got.len() - cut..];
+    if !row(rows + 1).starts_with(tail) {
+        return Err(format!(
+            "after row {rows}, {cut} bytes that are not the start of the next: {:?}",
+            shown(tail)
+        ));
+    }
+    Ok(rows)
 }

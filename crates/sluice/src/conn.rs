@@ -35,6 +35,10 @@ pub struct ClientConn {
     pub suspend: Arc<SuspendGate>,
     /// TLS facts of this connection (None: plaintext), for auth and HBA rules.
     pub tls: Option<Box<TlsFacts>>,
+    /// A relay ended with the client's stream in the middle of a message (a server lost or a
+    /// timeout mid-row): no FATAL may follow, the connection only closes
+    /// (`RelayScratch::client_mid_message`).
+    pub mid_message: bool,
 }
 
 impl ClientConn {
@@ -53,6 +57,7 @@ impl ClientConn {
             names: None,
             suspend,
             tls: None,
+            mid_message: false,
         }
     }
 
@@ -74,8 +79,16 @@ impl ClientConn {
         Ok(())
     }
 
-    /// Send a FATAL error (best effort, bounded in time) before closing.
+    /// Send a FATAL error (best effort, bounded in time) before closing; nothing when the stream
+    /// stopped mid-message (`mid_message`).
     pub async fn send_fatal(&mut self, notice: &ClientNotice) {
+        if self.mid_message {
+            tracing::debug!(
+                "C-{}: the FATAL is not sent: the client's stream stopped mid-message",
+                self.id
+            );
+            return;
+        }
         match &notice.forwarded {
             Some(fields) => encode_error_fields(b'E', fields, &mut self.wbuf),
             None => encode_error(

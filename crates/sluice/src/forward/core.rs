@@ -222,6 +222,10 @@ impl<'a> RelayCore<'a> {
         };
         let status = *server.status;
         let timeouts = rules.timeouts;
+        // A relay starts with the client's stream at a message boundary (the last one ended
+        // there, or the reply to a lost server completed it).
+        parts.scratch.s_msg_left = 0;
+        parts.scratch.s_inject_cut = false;
         RelayCore {
             client,
             server,
@@ -298,6 +302,21 @@ impl<'a> RelayCore<'a> {
     /// `n` bytes of `to_client` were written.
     pub fn wrote_to_client(&mut self, n: usize) {
         PoolStats::add(&self.stats.bytes_sent, n as u64);
+        // Where the client's stream now stands (`RelayScratch::client_mid_message`). The common
+        // write takes all the ready bytes: its end is the last message's, less what has not
+        // arrived of it; a shorter one finds its place from the message starts.
+        let inject = self.scratch.s_inject.len();
+        if n > inject {
+            let rest = n - inject;
+            self.scratch.s_msg_left = if rest == self.s.ready {
+                self.s.remaining
+            } else {
+                super::next_start(&self.server.rbuf[..], self.scratch.s_msg_left, rest)
+            };
+            self.scratch.s_inject_cut = false;
+        } else if n > 0 {
+            self.scratch.s_inject_cut = n < inject;
+        }
         wrote(n, &mut self.scratch.s_inject, self.server.rbuf, &mut self.s);
     }
 

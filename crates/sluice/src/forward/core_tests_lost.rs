@@ -232,3 +232,40 @@ fn a_lost_copy_in_drops_the_clients_data_and_statements_not_yet_parsed() {
     drop(r);
     assert!(w.statements.get("s1").is_none());
 }
+
+/// Where the client's stream stands after each write, for the FATAL that may or may not follow a
+/// relay's end (`RelayScratch::client_mid_message`): inside a row after a short write, at its end
+/// after the rest, inside the next when a TLS layer took part of it unreported, and inside a row
+/// whose rest has not arrived after writing all there is.
+#[test]
+fn the_clients_place_in_the_stream_is_known_after_every_write() {
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false, true);
+    client_sends(&mut r, &query("SELECT 1")).unwrap();
+    pump(&mut r);
+    let row = message(backend_tag::DATA_ROW, &[0; 200]);
+    let buf = r.server_wants(usize::MAX).unwrap();
+    buf.extend_from_slice(&row);
+    buf.extend_from_slice(&row[..50]);
+    r.read_from_server().unwrap();
+    let mid = |r: &super::core::RelayCore<'_>, unreported| {
+        r.scratch.client_mid_message(&r.server.rbuf[..], unreported)
+    };
+    assert!(!mid(&r, 0), "nothing written yet");
+    r.wrote_to_client(100);
+    assert!(mid(&r, 0), "100 bytes into the first row");
+    assert!(
+        !mid(&r, row.len() - 100),
+        "the TLS layer took the rest of it"
+    );
+    r.wrote_to_client(row.len() - 100);
+    assert!(!mid(&r, 0), "the first row whole");
+    assert!(mid(&r, 20), "the TLS layer took 20 bytes of the second");
+    r.wrote_to_client(50);
+    assert!(mid(&r, 0), "all there is of the second row");
+    let buf = r.server_wants(usize::MAX).unwrap();
+    buf.extend_from_slice(&row[50..]);
+    r.read_from_server().unwrap();
+    r.wrote_to_client(row.len() - 50);
+    assert!(!mid(&r, 0), "the second row whole");
+}

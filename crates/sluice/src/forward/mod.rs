@@ -149,9 +149,31 @@ pub struct RelayScratch {
     read_guard: bool,
     /// The standby refused the guarded read: nothing reached the client.
     read_refused: bool,
+    /// Where the client's stream stands: bytes from the front of the server's buffer to the next
+    /// message start (0: the bytes written so far end at a message boundary), and whether a
+    /// synthesized message was written in part. Kept here, not in the relay, so that it is still
+    /// known when a relay is dropped mid-write (a KILL).
+    pub(super) s_msg_left: usize,
+    pub(super) s_inject_cut: bool,
 }
 
 impl RelayScratch {
+    /// Whether the client's stream stops in the middle of a message, once `unreported` more bytes
+    /// of the relay's pending output (`s_inject`, then `rbuf`, the server's buffer) reach it:
+    /// bytes a TLS layer took without reporting them (`Stream::unreported`). Nothing may be
+    /// written after such a cut: the client would read it as the rest of the message (a row with
+    /// wrong contents, for a driver that hands rows over as they come) and then as garbage.
+    pub fn client_mid_message(&self, rbuf: &[u8], unreported: usize) -> bool {
+        let inject = self.s_inject.len();
+        if unreported == 0 {
+            return self.s_inject_cut || self.s_msg_left > 0;
+        }
+        if unreported < inject {
+            return true;
+        }
+        next_start(rbuf, self.s_msg_left, unreported - inject) > 0
+    }
+
     /// Read routing: the next relay runs a request proven a read (a simple Query, or an
     /// extended-protocol batch executing one statement) on a standby; a 25006 before anything
     /// reached the client ends it (`take_read_refused`).
@@ -444,6 +466,19 @@ impl<'a> Relay<'a> {
             Poll::Pending => Poll::Pending,
         }
     }
+}
+
+/// Bytes from offset `written` of `buf` (server messages from its front) to the next message
+/// start at or after it, given that one starts at `at`.
+pub(super) fn next_start(buf: &[u8], mut at: usize, written: usize) -> usize {
+    while at < written {
+        match buf.get(at + 1..at + 5) {
+            Some(h) => at += 1 + u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize,
+            // (Scanned bytes hold their headers whole; unknown is not a boundary.)
+            None => return 1,
+        }
+    }
+    at - written
 }
 
 fn reserve(buf: &mut BytesMut, chunk: usize) {

@@ -144,6 +144,16 @@ impl Stream {
         std::future::poll_fn(|cx| self.poll_read_into(cx, buf)).await
     }
 
+    /// Bytes a TLS layer took from an unfinished write without reporting them (0 for a plain
+    /// socket, whose writes report what they wrote): they go out ahead of the next write.
+    pub fn unreported(&self) -> usize {
+        match self {
+            Stream::ClientTls(s) => s.unreported(),
+            Stream::ServerTls(s) => s.unreported(),
+            _ => 0,
+        }
+    }
+
     /// Non-blocking check used before handing an idle server out: true means the socket is still
     /// quiet (no bytes, no EOF, no error), the only state in which a pooled server is reusable.
     ///

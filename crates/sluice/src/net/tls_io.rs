@@ -43,6 +43,12 @@ impl<S> FlushedTls<S> {
         &self.inner
     }
 
+    /// Bytes the TLS layer took from a write that has not been reported yet: they reach the
+    /// peer before anything written next.
+    pub fn unreported(&self) -> usize {
+        self.accepted
+    }
+
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }

@@ -345,6 +345,13 @@ async fn serve_request(
             None => relay_from = Instant::now(),
         }
     };
+    if matches!(end, RelayEnd::ServerGone(_) | RelayEnd::Fatal { .. }) {
+        // The client is closed with a FATAL, unless its stream stopped mid-message: then it is
+        // only closed (a FATAL there would be read as the rest of the message).
+        client.mid_message = s
+            .relay_scratch
+            .client_mid_message(&server.rbuf, client.stream.unreported());
+    }
     let end = match end {
         RelayEnd::ServerLost(lost) => {
             // The client goes on; the broken server is closed, never back to the pool.
