@@ -228,10 +228,11 @@ async fn tls_clients_move_between_workers_without_losing_a_reply() {
 }
 
 /// A TLS client that stops reading a large result, and that the pooler then ends
-/// (query_timeout): its relay gave up on a write the TLS layer had partly taken, and the FATAL is
-/// a different write. The FATAL goes out behind those bytes and the connection closes, without
-/// a panic in the writer (which took the relay's pending bytes for the FATAL's before: found by
-/// the TLS chaos soak), and the pooler goes on serving.
+/// (query_timeout): its relay gave up on a write the TLS layer had partly taken. The bytes taken
+/// go out and the connection closes (with no FATAL when they end mid-row, as they do here:
+/// `server_lost.rs` shows why), and the pooler goes on serving. Before FlushedTls told a retry
+/// from a new write, the FATAL's write was reported as the relay's and the writer panicked
+/// (found by the TLS chaos soak; `net/tls_io.rs`'s unit tests cover the new write itself).
 #[tokio::test]
 async fn a_client_ended_while_its_tls_output_is_blocked_is_closed_cleanly() {
     pg_with_ssl();
