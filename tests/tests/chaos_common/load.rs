@@ -180,6 +180,11 @@ pub(super) async fn operate(
                         } else {
                             ctx.tally.ok("cancel");
                         }
+                        // In session pooling the server is the client's own: PostgreSQL's second
+                        // signal for the cancel may land on the client's next query, as on a
+                        // direct connection (tokio-postgres does not wait for the cancel to
+                        // land). In the other modes the pooler holds the server until it has.
+                        cancel_pending = pooling == Pooling::Session;
                     }
                     // The cancel may lose the race with a chaos event or arrive before the query
                     // reached a server (PgBouncer drops those too): the sleep then ends normally.

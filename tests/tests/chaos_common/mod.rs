@@ -173,9 +173,11 @@ impl Tally {
         self.error_exposed(kind, pooling, false, e)
     }
 
-    /// `error`, for an operation that a cancel the same client sent earlier may still reach: its
-    /// cancelled sleep had ended otherwise (a chaos event) before the cancel was processed, and a
-    /// cancel cancels whatever its client runs when it lands, as on a direct connection.
+    /// `error`, for an operation that a cancel the same client sent earlier may still reach, and
+    /// cancel: its cancelled sleep had ended otherwise (a chaos event) before the cancel was
+    /// processed, or (session pooling) PostgreSQL's second signal for it is still on its way. A
+    /// cancel cancels whatever its client runs when it lands, as on a direct connection; such a
+    /// 57014 counts as "own late cancel", not as an error (nor, across a takeover, a finding).
     fn error_exposed(
         &self,
         kind: &'static str,
@@ -188,6 +190,11 @@ impl Tally {
             None => e.to_string(),
         };
         let code = e.code().map(|c| c.code().to_string());
+        if own_cancel && code.as_deref() == Some("57014") {
+            // The client's own cancel, landing late: what it asked for (see above).
+            self.ok("own late cancel");
+            return;
+        }
         let mode = pooling.name();
         let key = format!(
             "{kind} ({mode} pooling) {}",
