@@ -75,17 +75,21 @@ pub(super) async fn connect(ctx: &Ctx, user: (&str, &str), pooling: Pooling) -> 
 }
 
 /// One operation on `client`; false = the connection is gone (the caller makes a new one).
-/// `own_cancel`: a cancel this client sent may still land (see `Tally::error_exposed`); it covers
-/// the next operation only, and a cancel operation sets it again when its sleep ended otherwise.
+/// How long after its cancel operation a client's queries may still meet that cancel: PostgreSQL
+/// signals the backend twice, and under load the second signal can come late.
+const OWN_CANCEL_WINDOW: Duration = Duration::from_secs(2);
+
+/// `own_cancel`: until when a cancel this client sent may still land (see
+/// `Tally::error_exposed`); a cancel operation sets it when that can happen.
 pub(super) async fn operate(
     ctx: &Ctx,
     client: &tokio_postgres::Client,
     pooling: Pooling,
     rng: &mut Rng,
-    own_cancel: &mut bool,
+    own_cancel: &mut Option<Instant>,
 ) -> bool {
     ctx.ops.fetch_add(1, Ordering::Relaxed);
-    let exposed = std::mem::take(own_cancel);
+    let exposed = own_cancel.is_some_and(|until| Instant::now() < until);
     let error = |kind: &'static str, e: &tokio_postgres::Error| {
         ctx.tally.error_exposed(kind, pooling, exposed, e)
     };
@@ -424,7 +428,9 @@ pub(super) async fn operate(
         }
     };
     let outcome = tokio::time::timeout(HANG, fut).await;
-    *own_cancel = cancel_pending;
+    if cancel_pending {
+        *own_cancel = Some(Instant::now() + OWN_CANCEL_WINDOW);
+    }
     if outcome.is_err() {
         ctx.tally
             .finding(format!("operation {pick} hung for {HANG:?}"));
@@ -445,12 +451,12 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
     };
     let mut conn = None;
     let mut kept = None;
-    let mut own_cancel = false;
+    let mut own_cancel: Option<Instant> = None;
     while Instant::now() < ctx.stop_at {
         if conn.is_none() {
             conn = connect(&ctx, user, pooling).await;
             kept = None;
-            own_cancel = false;
+            own_cancel = None;
             continue;
         }
         let (client, _) = conn.as_ref().unwrap();
@@ -489,7 +495,7 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
                 Ok(Err(e)) => ctx.tally.error_exposed(
                     "prepared once",
                     pooling,
-                    std::mem::take(&mut own_cancel),
+                    own_cancel.is_some_and(|until| Instant::now() < until),
                     &e,
                 ),
                 Err(_) => ctx.tally.finding("prepared once: hung".into()),
@@ -530,7 +536,7 @@ pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             let _ = tokio::time::timeout(Duration::from_millis(20 + n), query).await;
             ctx.tally.ok("abandoned");
         } else {
-            operate(&ctx, &client, pooling, &mut rng, &mut false).await;
+            operate(&ctx, &client, pooling, &mut rng, &mut None).await;
         }
         drop(client);
         task.abort();

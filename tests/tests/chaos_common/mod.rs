@@ -173,9 +173,9 @@ impl Tally {
         self.error_exposed(kind, pooling, false, e)
     }
 
-    /// `error`, for an operation that a cancel the same client sent earlier may still reach, and
-    /// cancel: its cancelled sleep had ended otherwise (a chaos event) before the cancel was
-    /// processed, or (session pooling) PostgreSQL's second signal for it is still on its way. A
+    /// `error`, for an operation that a cancel the same client sent shortly before may still
+    /// reach, and cancel: its cancelled sleep had ended otherwise (a chaos event) before the cancel
+    /// was processed, or (session pooling) PostgreSQL's second signal for it is still on its way. A
     /// cancel cancels whatever its client runs when it lands, as on a direct connection; such a
     /// 57014 counts as "own late cancel", not as an error (nor, across a takeover, a finding).
     fn error_exposed(
