@@ -8,8 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use sha2::{Digest, Sha384};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
@@ -20,17 +19,7 @@ pub struct Rustls(Arc<rustls::ClientConfig>);
 
 impl Rustls {
     pub fn new(ca_pem: &str) -> Rustls {
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Rustls(Arc::new(cfg))
+        Rustls(super::tls_support::client::config(ca_pem, false))
     }
 
     pub fn config(&self) -> Arc<rustls::ClientConfig> {

@@ -30,7 +30,8 @@ pub struct PgTls {
     pub alpn: Option<Vec<u8>>,
 }
 
-fn config(ca_pem: &str, alpn: bool) -> Arc<rustls::ClientConfig> {
+/// A client config trusting the CAs in `ca_pem` (ring, safe defaults), ALPN "postgresql" or none.
+pub fn config(ca_pem: &str, alpn: bool) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
