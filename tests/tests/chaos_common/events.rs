@@ -46,16 +46,28 @@ pub(super) async fn chaos(ctx: Arc<Ctx>, mut rng: Rng) {
     };
     let pg = PgCluster::get();
     let mut pool_size = 6;
+    let mut reloads = 0u32;
     let mut last_restart = Instant::now();
     while Instant::now() < ctx.stop_at {
         tokio::time::sleep(Duration::from_millis(300 + rng.below(1200))).await;
         match rng.below(9) {
             0 => {
+                // Another pool size, and servers recycled every second (the first two
+                // reloads, then every other two) or kept.
+                reloads += 1;
                 pool_size = if pool_size == 6 { 3 } else { 6 };
+                let servers = if matches!(reloads % 4, 1 | 2) {
+                    Servers::Recycled
+                } else {
+                    Servers::Kept
+                };
                 ctx.sluice
-                    .rewrite_config(&ini(pool_size, &ctx.socket_dir, ctx.mode));
+                    .rewrite_config(&ini(pool_size, servers, &ctx.socket_dir, ctx.mode));
                 admin(&ctx, &mut console, "RELOAD").await;
-                ctx.tally.chaos("reload");
+                ctx.tally.chaos(match servers {
+                    Servers::Kept => "reload",
+                    Servers::Recycled => "reload, servers recycled",
+                });
             }
             1 => {
                 let held = Duration::from_millis(rng.below(500));

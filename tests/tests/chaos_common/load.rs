@@ -12,11 +12,13 @@ pub(super) const USERS: [(&str, &str); 2] =
 type Connection = (tokio_postgres::Client, tokio::task::JoinHandle<()>);
 
 /// Log in as `user` to `db`, over TLS (required) in TLS mode, where a SCRAM login must bind to
-/// the TLS channel (SCRAM-SHA-256-PLUS); the connection's task is spawned.
+/// the TLS channel (SCRAM-SHA-256-PLUS), else over TCP or `via` the Unix socket; the
+/// connection's task is spawned.
 pub(super) async fn open(
     ctx: &Ctx,
     user: (&str, &str),
     db: &str,
+    via: Via,
 ) -> Result<Connection, tokio_postgres::Error> {
     async fn with<T>(conn_str: &str, tls: T) -> Result<Connection, tokio_postgres::Error>
     where
@@ -31,7 +33,13 @@ pub(super) async fn open(
         });
         Ok((client, task))
     }
-    let conn_str = ctx.sluice.conn_str(user.0, user.1, db);
+    let conn_str = match via {
+        Via::Unix if ctx.tls.is_none() => {
+            let tcp = ctx.sluice.conn_str(user.0, user.1, db);
+            tcp.replace("host=127.0.0.1", &format!("host={}", ctx.socket_dir))
+        }
+        _ => ctx.sluice.conn_str(user.0, user.1, db),
+    };
     match &ctx.tls {
         Some(tls) => {
             let binding = if user.0 == "scram_user" {
@@ -54,11 +62,19 @@ async fn cancel(tls: Option<tls::Rustls>, token: tokio_postgres::CancelToken) {
     };
 }
 
-pub(super) async fn connect(ctx: &Ctx, user: (&str, &str), pooling: Pooling) -> Option<Connection> {
+pub(super) async fn connect(
+    ctx: &Ctx,
+    user: (&str, &str),
+    pooling: Pooling,
+    via: Via,
+) -> Option<Connection> {
     let db = pooling.db();
-    match tokio::time::timeout(HANG, open(ctx, user, db)).await {
+    match tokio::time::timeout(HANG, open(ctx, user, db, via)).await {
         Ok(Ok(connection)) => {
-            ctx.tally.ok("login");
+            ctx.tally.ok(match via {
+                Via::Unix if ctx.tls.is_none() => "login, Unix socket",
+                _ => "login",
+            });
             Some(connection)
         }
         Ok(Err(e)) => {
@@ -79,27 +95,27 @@ pub(super) async fn connect(ctx: &Ctx, user: (&str, &str), pooling: Pooling) -> 
 /// signals the backend twice, and under load the second signal can come late.
 const OWN_CANCEL_WINDOW: Duration = Duration::from_secs(2);
 
-/// `own_cancel`: until when a cancel this client sent may still land (see
-/// `Tally::error_exposed`); a cancel operation sets it when that can happen.
+/// `memo`: what this connection's earlier operations left (see `Memo`).
 pub(super) async fn operate(
     ctx: &Ctx,
     client: &tokio_postgres::Client,
     pooling: Pooling,
     rng: &mut Rng,
-    own_cancel: &mut Option<Instant>,
+    memo: &mut Memo,
 ) -> bool {
     ctx.ops.fetch_add(1, Ordering::Relaxed);
-    let exposed = own_cancel.is_some_and(|until| Instant::now() < until);
+    let own = memo.own_cancel;
     let error = |kind: &'static str, e: &tokio_postgres::Error| {
-        ctx.tally.error_exposed(kind, pooling, exposed, e)
+        ctx.tally.error_exposed(kind, pooling, &own, e)
     };
+    let mut cancel_sent: Option<(Instant, &'static str)> = None;
     let mut cancel_pending = false;
-    // 0 - 8 and 11 - 12 in transaction pooling; 9 (SET/SHOW) in session pooling too; statement
-    // pooling: what runs outside a transaction block (prepared statements, large results,
-    // cancels, pipelines, autocommit writes).
-    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12];
-    const SESSION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12];
-    const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 10, 10, 11, 12];
+    // 0 - 9 and 11 - 12 in transaction and session pooling; statement pooling: what runs
+    // outside a transaction block (prepared statements, large results, cancels, pipelines,
+    // autocommit writes, SET of a tracked parameter).
+    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12];
+    const SESSION: &[u64] = TRANSACTION;
+    const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 9, 10, 10, 11, 12];
     let ops = match pooling {
         Pooling::Transaction => TRANSACTION,
         Pooling::Session => SESSION,
@@ -174,9 +190,17 @@ pub(super) async fn operate(
                 let tls = ctx.tls.clone();
                 let canceller = tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    cancel(tls, token).await
+                    let sent = Instant::now();
+                    cancel(tls, token).await;
+                    sent
                 });
-                match client.simple_query("SELECT pg_sleep(5)").await {
+                let slept = client.simple_query("SELECT pg_sleep(5)").await;
+                let outcome = match &slept {
+                    Err(e) if e.code().map(|c| c.code()) == Some("57014") => "was cancelled",
+                    Ok(_) => "ended normally",
+                    Err(_) => "ended with another error",
+                };
+                match slept {
                     Err(e) if e.code().map(|c| c.code()) == Some("57014") => {
                         if started.elapsed() >= Duration::from_secs(5) {
                             ctx.tally
@@ -192,14 +216,16 @@ pub(super) async fn operate(
                     }
                     // The cancel may lose the race with a chaos event or arrive before the query
                     // reached a server (PgBouncer drops those too): the sleep then ends normally.
-                    Ok(_) => ctx.tally.ok("cancel missed"),
+                    Ok(_) => ctx.tally.cancel_missed(),
                     // Ended by a chaos event: the cancel may land on what runs next.
                     Err(e) => {
                         error("cancel", &e);
                         cancel_pending = true;
                     }
                 }
-                let _ = canceller.await;
+                if let Ok(sent) = canceller.await {
+                    cancel_sent = Some((sent, outcome));
+                }
             }
             6 => {
                 let answer = async {
@@ -409,19 +435,35 @@ pub(super) async fn operate(
                 }
             }
             _ => {
+                // A tracked parameter (application_name): what this connection set last time
+                // is still its value, whatever servers its transactions met since (restarted,
+                // recycled, in any pool mode), and a new value holds at once.
                 let name = format!("chaos_{}", rng.below(1_000_000));
+                let before = memo.app_name.take();
                 let answer = async {
+                    let show = "SHOW application_name";
+                    let was: String = client.query_one(show, &[]).await?.get(0);
                     client
                         .batch_execute(&format!("SET application_name = '{name}'"))
                         .await?;
-                    let row = client.query_one("SHOW application_name", &[]).await?;
-                    Ok::<_, tokio_postgres::Error>(row.get::<_, String>(0))
+                    let now: String = client.query_one(show, &[]).await?.get(0);
+                    Ok::<_, tokio_postgres::Error>((was, now))
                 };
                 match answer.await {
-                    Ok(got) if got == name => ctx.tally.ok("session state"),
-                    Ok(got) => ctx
+                    Ok((was, _)) if before.as_ref().is_some_and(|b| *b != was) => {
+                        ctx.tally.finding(format!(
+                            "session state: SET {} earlier, SHOW said {was} now",
+                            before.unwrap()
+                        ))
+                    }
+                    Ok((_, now)) if now == name => {
+                        ctx.tally.ok("session state");
+                        memo.app_name = Some(name);
+                    }
+                    Ok((_, now)) => ctx
                         .tally
-                        .finding(format!("session state: SET {name}, SHOW said {got}")),
+                        .finding(format!("session state: SET {name}, SHOW said {now}")),
+                    // Its value is not known now (the SET may or may not have run).
                     Err(e) => error("session state", &e),
                 }
             }
@@ -429,7 +471,10 @@ pub(super) async fn operate(
     };
     let outcome = tokio::time::timeout(HANG, fut).await;
     if cancel_pending {
-        *own_cancel = Some(Instant::now() + OWN_CANCEL_WINDOW);
+        memo.own_cancel.until = Some(Instant::now() + OWN_CANCEL_WINDOW);
+    }
+    if cancel_sent.is_some() {
+        memo.own_cancel.last = cancel_sent;
     }
     if outcome.is_err() {
         ctx.tally
@@ -449,14 +494,20 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
     } else {
         Pooling::Transaction
     };
+    // One client of each pool mode logs in through the Unix socket (TCP in TLS mode).
+    let via = if matches!(n, 3 | 7 | 10) {
+        Via::Unix
+    } else {
+        Via::Tcp
+    };
     let mut conn = None;
     let mut kept = None;
-    let mut own_cancel: Option<Instant> = None;
+    let mut memo = Memo::default();
     while Instant::now() < ctx.stop_at {
         if conn.is_none() {
-            conn = connect(&ctx, user, pooling).await;
+            conn = connect(&ctx, user, pooling, via).await;
             kept = None;
-            own_cancel = None;
+            memo = Memo::default();
             continue;
         }
         let (client, _) = conn.as_ref().unwrap();
@@ -492,12 +543,10 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
                     row.get::<_, i64>(0),
                     row.get::<_, String>(1)
                 )),
-                Ok(Err(e)) => ctx.tally.error_exposed(
-                    "prepared once",
-                    pooling,
-                    own_cancel.is_some_and(|until| Instant::now() < until),
-                    &e,
-                ),
+                Ok(Err(e)) => {
+                    ctx.tally
+                        .error_exposed("prepared once", pooling, &memo.own_cancel, &e)
+                }
                 Err(_) => ctx.tally.finding("prepared once: hung".into()),
             }
             if client.is_closed() {
@@ -506,7 +555,7 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             }
             continue;
         }
-        if !operate(&ctx, client, pooling, &mut rng, &mut own_cancel).await {
+        if !operate(&ctx, client, pooling, &mut rng, &mut memo).await {
             conn = None;
             kept = None;
         }
@@ -527,7 +576,12 @@ pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             slow::slow_read(&ctx, pooling, &mut rng).await;
             continue;
         }
-        let Some((client, task)) = connect(&ctx, user, pooling).await else {
+        let via = if rng.below(4) == 0 {
+            Via::Unix
+        } else {
+            Via::Tcp
+        };
+        let Some((client, task)) = connect(&ctx, user, pooling, via).await else {
             continue;
         };
         if rng.below(3) == 0 {
@@ -536,7 +590,7 @@ pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             let _ = tokio::time::timeout(Duration::from_millis(20 + n), query).await;
             ctx.tally.ok("abandoned");
         } else {
-            operate(&ctx, &client, pooling, &mut rng, &mut None).await;
+            operate(&ctx, &client, pooling, &mut rng, &mut Memo::default()).await;
         }
         drop(client);
         task.abort();

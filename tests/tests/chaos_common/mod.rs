@@ -1,8 +1,9 @@
 //! Chaos soak: many kinds of client work at once (transactions, prepared statements, large
 //! results, results read slowly (`slow.rs`), cancels, abandoned queries, failed transactions, login churn over md5 and SCRAM, all
 //! three pool modes) while an operator and the network do their worst at random (RELOAD with a changed
-//! pool size, PAUSE/RESUME, KILL/RESUME, DISABLE/ENABLE, RECONNECT, backends terminated,
-//! PostgreSQL restarted, garbage and wrong-password connections). What each test of one fault shows alone, this shows together.
+//! pool size, and half the time servers recycled every second, PAUSE/RESUME, KILL/RESUME,
+//! DISABLE/ENABLE, RECONNECT, backends terminated, PostgreSQL restarted, garbage and
+//! wrong-password connections). What each test of one fault shows alone, this shows together.
 //!
 //! Invariants: every answer that arrives is the right one; no acknowledged commit is lost; no
 //! error comes from a confused protocol (an unexpected message, a prepared statement that vanished
@@ -47,7 +48,9 @@ const DATABASES: &str = "app_tx = host={pg_host} port={pg_port} dbname=app pool_
 
 const HBA: &str = "host all trust_user 127.0.0.1/32 trust\n\
                    host all md5_user 127.0.0.1/32 md5\n\
-                   host all scram_user 127.0.0.1/32 scram-sha-256\n";
+                   host all scram_user 127.0.0.1/32 scram-sha-256\n\
+                   local all md5_user md5\n\
+                   local all scram_user scram-sha-256\n";
 
 /// With TLS: the application's databases only over TLS (the console stays plain).
 const HBA_TLS: &str = "host pgbouncer trust_user 127.0.0.1/32 trust\n\
@@ -110,14 +113,31 @@ impl Pooling {
     }
 }
 
-fn ini(pool_size: u32, socket_dir: &str, mode: Mode) -> String {
+/// How the pool treats its servers: as configured for the run, or (`Servers::Recycled`, a
+/// RELOAD of the chaos) closing each after a second of life or of idleness and checking every
+/// one before reuse, so that servers come and go under the load all the time.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Servers {
+    Kept,
+    Recycled,
+}
+
+const RECYCLED_LINES: &str =
+    "server_lifetime = 1\nserver_idle_timeout = 1\nserver_check_delay = 0\n";
+
+fn ini(pool_size: u32, servers: Servers, socket_dir: &str, mode: Mode) -> String {
     let tls = if mode.tls() { TLS_LINES } else { "" };
+    let recycled = match servers {
+        Servers::Kept => "",
+        Servers::Recycled => RECYCLED_LINES,
+    };
     let ini = Sluice::basic_ini(
         &format!(
             "auth_type = hba\nauth_hba_file = {{hba}}\nadmin_users = trust_user\n\
              default_pool_size = {pool_size}\nmax_prepared_statements = 20\n\
              query_wait_timeout = 10\nserver_connect_timeout = 5\nserver_login_retry = 1\n\
-             client_login_timeout = 10\nlog_connections = 0\nlog_disconnections = 0\n{tls}"
+             client_login_timeout = 10\nlog_connections = 0\nlog_disconnections = 0\n\
+             {recycled}{tls}"
         ),
         DATABASES,
     );
@@ -155,6 +175,49 @@ struct Tally {
     findings: Mutex<Vec<String>>,
     acked: Mutex<Vec<i64>>,
     chaos: Mutex<BTreeMap<&'static str, u64>>,
+    /// When cancels whose sleep ended normally were seen (`cancel_missed`).
+    missed_cancels: Mutex<Vec<Instant>>,
+}
+
+/// How a client reaches the pooler: over TCP, or through its Unix socket (not in TLS mode, where
+/// every client logs in over TLS).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Via {
+    Tcp,
+    Unix,
+}
+
+/// What a connection's earlier operations left, for its later ones to check or excuse.
+#[derive(Debug, Default)]
+pub(super) struct Memo {
+    pub own_cancel: OwnCancel,
+    /// The application_name it set last (None: not known, as after a failed SET).
+    pub app_name: Option<String>,
+}
+
+/// A client's own cancels, for a 57014 on its other queries: until when one may still land
+/// (`exposed`), and what its last cancel operation did (named in a finding).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct OwnCancel {
+    pub until: Option<Instant>,
+    /// When the last cancel was sent, and how its sleep ended.
+    pub last: Option<(Instant, &'static str)>,
+}
+
+impl OwnCancel {
+    pub fn exposed(&self) -> bool {
+        self.until.is_some_and(|until| Instant::now() < until)
+    }
+
+    fn describe(&self) -> String {
+        match self.last {
+            Some((sent, outcome)) => format!(
+                "this client's last cancel was sent {:.2} s before; its sleep {outcome}",
+                sent.elapsed().as_secs_f64()
+            ),
+            None => "this client sent no cancel on this connection".into(),
+        }
+    }
 }
 
 impl Tally {
@@ -164,13 +227,24 @@ impl Tally {
     fn finding(&self, what: String) {
         self.findings.lock().unwrap().push(what);
     }
+    /// A cancel whose sleep ended normally: it came too late, or before the query reached a
+    /// server.
+    fn cancel_missed(&self) {
+        self.ok("cancel missed");
+        self.missed_cancels.lock().unwrap().push(Instant::now());
+    }
+    fn missed_cancels_within(&self, window: Duration) -> usize {
+        let now = Instant::now();
+        let missed = self.missed_cancels.lock().unwrap();
+        missed.iter().filter(|t| now - **t <= window).count()
+    }
     fn chaos(&self, what: &'static str) {
         *self.chaos.lock().unwrap().entry(what).or_default() += 1;
     }
     /// An error during chaos is expected (a terminated backend, a restart, a pool full); one that
     /// shows the protocol or the statement bookkeeping went wrong is a finding.
     fn error(&self, kind: &'static str, pooling: Pooling, e: &tokio_postgres::Error) {
-        self.error_exposed(kind, pooling, false, e)
+        self.error_exposed(kind, pooling, &OwnCancel::default(), e)
     }
 
     /// `error`, for an operation that a cancel the same client sent shortly before may still
@@ -182,9 +256,10 @@ impl Tally {
         &self,
         kind: &'static str,
         pooling: Pooling,
-        own_cancel: bool,
+        own: &OwnCancel,
         e: &tokio_postgres::Error,
     ) {
+        let own_cancel = own.exposed();
         let text = match e.as_db_error() {
             Some(db) => format!("{}: {}", db.severity(), db.message()),
             None => e.to_string(),
@@ -218,7 +293,16 @@ impl Tally {
                 code.as_deref(),
                 Some("26000") | Some("42P05") | Some("XX000")
             );
-        if confused {
+        if misdirected {
+            // What this client's own cancels did, and those of the others, tell a cancel that
+            // went astray from one of the client's own that came late.
+            let others = self.missed_cancels_within(Duration::from_secs(15));
+            self.finding(format!(
+                "{kind} ({mode} pooling): {code:?} {text} ({}; cancels missed by any client in \
+                 the last 15 s: {others})",
+                own.describe()
+            ));
+        } else if confused {
             self.finding(format!("{kind} ({mode} pooling): {code:?} {text}"));
         }
         let mut errors = self.errors.lock().unwrap();
@@ -358,7 +442,7 @@ pub async fn soak(mode: Mode) {
         Mode::Chaos | Mode::ChaosTls => "{dir}".to_string(),
         Mode::Takeover | Mode::TakeoverTls => shared.path().display().to_string(),
     };
-    let mut builder = Sluice::builder(&ini(6, &socket_dir, mode))
+    let mut builder = Sluice::builder(&ini(6, Servers::Kept, &socket_dir, mode))
         .userlist(&users)
         .file("hba.conf", if mode.tls() { HBA_TLS } else { HBA });
     let certs = tls_support::Certs::get();
@@ -370,6 +454,11 @@ pub async fn soak(mode: Mode) {
     }
     let sluice = builder.clone().start();
     let port = sluice.port;
+    // Where the Unix socket is, for the clients that log in through it.
+    let socket_dir = match mode {
+        Mode::Chaos | Mode::ChaosTls => sluice.dir.path().display().to_string(),
+        Mode::Takeover | Mode::TakeoverTls => socket_dir,
+    };
     let others_before = Descriptors::of(sluice.pid()).other.len();
     let ctx = Arc::new(Ctx {
         sluice,
@@ -509,33 +598,43 @@ pub async fn soak(mode: Mode) {
         ctx.tally
             .finding(format!("15 s after the run the pools still show {busy:?}"));
     }
-    // Fresh logins work. A PostgreSQL restart late in the run may have left a failed server
-    // login whose error is given for server_login_retry (1 s, as PgBouncer does): a few seconds.
-    for db in Pooling::ALL.map(Pooling::db) {
-        for user in USERS {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            let answer = loop {
-                let answer = match load::open(&ctx, user, db).await {
-                    Ok((c, _task)) => c
-                        .query_one("SELECT 41 + 1", &[])
-                        .await
-                        .map(|row| row.get::<_, i32>(0)),
-                    Err(e) => Err(e),
-                };
-                match answer {
-                    Err(e) if Instant::now() < deadline => {
-                        println!("fresh login {} to {db}: {e}; again", user.0);
-                        tokio::time::sleep(Duration::from_millis(300)).await;
-                    }
-                    answer => break answer,
-                }
+    // Fresh logins work, over TCP and through the Unix socket. A PostgreSQL restart late in the
+    // run may have left a failed server login whose error is given for server_login_retry (1 s,
+    // as PgBouncer does): a few seconds.
+    let ways: &[Via] = if mode.tls() {
+        &[Via::Tcp]
+    } else {
+        &[Via::Tcp, Via::Unix]
+    };
+    for (db, user, &via) in Pooling::ALL
+        .map(Pooling::db)
+        .into_iter()
+        .flat_map(|db| USERS.map(|user| (db, user)))
+        .flat_map(|(db, user)| ways.iter().map(move |via| (db, user, via)))
+    {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let answer = loop {
+            let answer = match load::open(&ctx, user, db, via).await {
+                Ok((c, _task)) => c
+                    .query_one("SELECT 41 + 1", &[])
+                    .await
+                    .map(|row| row.get::<_, i32>(0)),
+                Err(e) => Err(e),
             };
             match answer {
-                Ok(42) => {}
-                other => ctx
-                    .tally
-                    .finding(format!("fresh login {} to {db}: {other:?}", user.0)),
+                Err(e) if Instant::now() < deadline => {
+                    println!("fresh login {} to {db} ({via:?}): {e}; again", user.0);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                answer => break answer,
             }
+        };
+        match answer {
+            Ok(42) => {}
+            other => ctx.tally.finding(format!(
+                "fresh login {} to {db} ({via:?}): {other:?}",
+                user.0
+            )),
         }
     }
     if mode.tls() {
