@@ -60,6 +60,90 @@ async fn set_follows_its_client_and_never_leaks() {
     assert_eq!(value(&a, "SHOW work_mem").await, "4MB");
 }
 
+/// A server that carried an older value of the client's parameters is brought up to date when
+/// the client comes back to it: the client's later SET ran on another server meanwhile.
+#[tokio::test]
+async fn a_server_with_an_older_set_of_the_same_client_gets_the_newer_one() {
+    let s = start("default_pool_size = 2");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute("SET work_mem = '5MB'; SET app.tenant = 'first'")
+        .await
+        .unwrap();
+    let first = value(&a, "SELECT pg_backend_pid()").await;
+    // B holds A's server in a transaction, so A's next SET runs on the other one.
+    b.batch_execute("BEGIN").await.unwrap();
+    let held = value(&b, "SELECT pg_backend_pid()").await;
+    assert_eq!(held, first, "B took the server A used (its only idle one)");
+    a.batch_execute("SET work_mem = '6MB'; SET app.tenant = 'second'")
+        .await
+        .unwrap();
+    let second = value(&a, "SELECT pg_backend_pid()").await;
+    assert_ne!(second, first);
+    b.batch_execute("COMMIT").await.unwrap();
+    // B and C take both servers; the one on A's first server lets it go, and A gets it back: it
+    // carries A's older values.
+    let c = s.connect("trust_user", "", "app").await.unwrap();
+    b.batch_execute("BEGIN").await.unwrap();
+    c.batch_execute("BEGIN").await.unwrap();
+    let on_b = value(&b, "SELECT pg_backend_pid()").await;
+    let on_c = value(&c, "SELECT pg_backend_pid()").await;
+    let (frees, keeps) = if on_b == first { (&b, &c) } else { (&c, &b) };
+    assert!(on_b == first || on_c == first);
+    frees.batch_execute("COMMIT").await.unwrap();
+    let row = value(
+        &a,
+        "SELECT pg_backend_pid() || ' ' || current_setting('work_mem') || ' ' || \
+         current_setting('app.tenant')",
+    )
+    .await;
+    keeps.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(
+        row,
+        format!("{first} 6MB second"),
+        "A back on its first server, with its newest values"
+    );
+}
+
+/// The same without any other client: with server_round_robin each transaction takes the
+/// server idle longest, so the client alternates between two servers that nobody else touches.
+#[tokio::test]
+async fn alternating_servers_each_get_the_clients_newest_values() {
+    let s = start("default_pool_size = 2\nserver_round_robin = 1");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    // Two servers, both idle.
+    b.batch_execute("BEGIN").await.unwrap();
+    let _ = value(&a, "SELECT 1").await;
+    b.batch_execute("COMMIT").await.unwrap();
+    let mut pids = std::collections::HashSet::new();
+    for n in 0..6 {
+        a.batch_execute(&format!(
+            "SET work_mem = '{}MB'; SET app.tenant = 't{n}'",
+            n + 5
+        ))
+        .await
+        .unwrap();
+        // Two reads: one on each server.
+        for _ in 0..2 {
+            let row = value(
+                &a,
+                "SELECT pg_backend_pid() || ' ' || current_setting('work_mem') || ' ' || \
+                 current_setting('app.tenant')",
+            )
+            .await;
+            let mut parts = row.split(' ');
+            pids.insert(parts.next().unwrap().to_string());
+            assert_eq!(
+                parts.collect::<Vec<_>>(),
+                [format!("{}MB", n + 5), format!("t{n}")],
+                "round {n}: A's newest values on every server"
+            );
+        }
+    }
+    assert_eq!(pids.len(), 2, "A met both servers");
+}
+
 #[tokio::test]
 async fn a_set_in_a_failed_or_rolled_back_transaction_is_not_kept() {
     let s = start("default_pool_size = 1");
@@ -151,7 +235,10 @@ async fn a_client_leaving_with_a_lock_gets_its_server_cleaned() {
 
 #[tokio::test]
 async fn temp_table_pins_and_is_invisible_to_others() {
-    let s = start("default_pool_size = 2");
+    let port = sluice_e2e::free_port();
+    let s = start(&format!(
+        "default_pool_size = 2\n\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{port}"
+    ));
     let a = s.connect("trust_user", "", "app").await.unwrap();
     let b = s.connect("trust_user", "", "app").await.unwrap();
     a.batch_execute("CREATE TEMP TABLE scratch(x int); INSERT INTO scratch VALUES (1), (2)")
@@ -164,7 +251,24 @@ async fn temp_table_pins_and_is_invisible_to_others() {
             .await
             .is_err());
     }
+    // Dropping the last temporary object lets the server go: checked after each DROP, as after
+    // an unlock (an idle pinned client would otherwise hold its server, and a PAUSE, forever).
+    a.batch_execute("CREATE TEMP VIEW scratch_v AS SELECT 1; CREATE TEMP SEQUENCE scratch_s")
+        .await
+        .unwrap();
     a.batch_execute("DROP TABLE scratch").await.unwrap();
+    a.batch_execute("drop view scratch_v").await.unwrap();
+    assert!(
+        !wait_unpinned(port).await,
+        "still pinned: its temporary sequence is left"
+    );
+    a.simple_query("DROP SEQUENCE IF EXISTS pg_temp.scratch_s")
+        .await
+        .unwrap();
+    assert!(
+        wait_unpinned(port).await,
+        "unpinned once its last temporary object was dropped"
+    );
 }
 
 #[tokio::test]

@@ -49,9 +49,12 @@ pub struct ServerConn {
     /// Protocol-level statements prepared on this connection (transaction/statement mode).
     /// Boxed: most connections (session mode) never use it, and it keeps `ServerConn` small to move.
     pub prepared: Box<ServerStatements>,
-    /// A client changed session parameters here (transaction mode); `gucs_owner` is that client.
+    /// A client changed session parameters here (transaction mode); `gucs_owner` is that client,
+    /// and `gucs_version` the version of its parameters this server carries
+    /// (`SessionTracker::version`).
     pub gucs_dirty: bool,
     pub gucs_owner: Option<crate::ids::ClientId>,
+    pub gucs_version: u64,
     /// Set when the connection is TLS.
     pub tls: Option<crate::tls::connector::ServerTlsInfo>,
     /// The worker whose IO driver the socket is registered with (see `workers`).
@@ -81,6 +84,7 @@ impl ServerConn {
             prepared: Box::default(),
             gucs_dirty: false,
             gucs_owner: None,
+            gucs_version: 0,
             tls: None,
             home: crate::workers::current(),
             host: None,

@@ -237,6 +237,7 @@ const SPECIAL_HEADS: &[&str] = &[
     "abort",
     "savepoint",
     "release",
+    "drop",
 ];
 
 /// What the first word of a statement says about the byte scan of `fast_plain`.
@@ -442,6 +443,8 @@ fn head<'a>(
         lx.eat_kw("prepare");
         let name = name_or_all(&mut lx, text, |t| t.is_kw("all"));
         (name.map(|name| StatementKind::Deallocate { name }), None)
+    } else if kw("drop") {
+        (Some(StatementKind::Drop), None)
     } else if kw("load") {
         let file = rest(&lx, text);
         (Some(StatementKind::LoadModule { file }), None)

@@ -195,6 +195,9 @@ pub enum StatementKind<'a> {
     LoadModule {
         file: &'a [u8],
     },
+    /// `DROP ...` of any object: it may be a pinned client's last temporary one (the text does
+    /// not say whether a table is temporary), so its pin is checked again after it.
+    Drop,
 }
 
 impl StatementKind<'_> {
@@ -208,7 +211,7 @@ impl StatementKind<'_> {
             DeclareCursor { with_hold, .. } => *with_hold,
             Reset { .. } | ResetAll | Discard(_) | AdvisoryUnlock { .. } | Listen { .. } => true,
             Unlisten { .. } | CloseCursor { .. } | Prepare { .. } | Deallocate { .. } => true,
-            LoadModule { .. } => true,
+            LoadModule { .. } | Drop => true,
             Plain | Execute { .. } => false,
             Begin
             | Commit { .. }

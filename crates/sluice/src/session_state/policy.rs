@@ -100,7 +100,7 @@ pub fn action(kind: &StatementKind<'_>, may_pin: impl Fn(Feature) -> bool) -> Ac
     }
     match kind {
         Set { local: false, .. } | Reset { .. } | ResetAll => Action::Track,
-        AdvisoryUnlock { .. } | Unlisten { .. } | CloseCursor { .. } | Deallocate { .. } => {
+        AdvisoryUnlock { .. } | Unlisten { .. } | CloseCursor { .. } | Deallocate { .. } | Drop => {
             Action::Release
         }
         Discard(DiscardTarget::All | DiscardTarget::Temp) => Action::Release,

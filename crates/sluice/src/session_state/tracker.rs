@@ -41,6 +41,10 @@ pub struct SessionTracker {
     release_check: bool,
     /// The client changed session parameters while linked (the server now carries them).
     touched: bool,
+    /// Counts the transactions that committed parameter changes: a server records the version
+    /// it carries (`ServerConn::gucs_version`), so a server that carried an older one of this
+    /// client's versions is brought up to date when the client comes back to it.
+    version: u64,
     failed: bool,
     rolled_back: bool,
 }
@@ -135,6 +139,9 @@ impl SessionTracker {
         let commit = !self.failed && !self.rolled_back;
         self.failed = false;
         self.rolled_back = false;
+        if commit && !self.pending.is_empty() {
+            self.version = self.version.wrapping_add(1);
+        }
         for c in std::mem::take(&mut self.pending) {
             if !commit {
                 continue;
@@ -219,6 +226,11 @@ impl SessionTracker {
 
     pub fn has_tracked(&self) -> bool {
         !self.tracked.is_empty()
+    }
+
+    /// Which committed state of the parameters this is (see `version`).
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// The replay changes who the client is (SET ROLE, SET SESSION AUTHORIZATION): a change that
@@ -351,9 +363,37 @@ mod tests {
         assert!(!t.take_release_check(), "taken once");
         t.unpin();
         assert_eq!(t.pinned(), None);
+        observe(&mut t, "CREATE TEMP TABLE t (a int)");
+        assert!(t.take_release_check());
+        observe(&mut t, "DROP TABLE t");
+        assert!(
+            t.take_release_check(),
+            "a DROP may remove the last temp object"
+        );
+        t.unpin();
         observe(&mut t, "LOAD 'auto_explain'");
         t.unpin();
         assert_eq!(t.pinned(), Some(Feature::LoadModule), "LOAD stays");
+    }
+
+    #[test]
+    fn each_committed_change_is_a_new_version() {
+        let mut t = SessionTracker::default();
+        let v0 = t.version();
+        observe(&mut t, "SELECT 1");
+        t.on_ready(true);
+        assert_eq!(t.version(), v0, "nothing changed");
+        observe(&mut t, "SET work_mem = '5MB'");
+        t.on_ready(true);
+        let v1 = t.version();
+        assert_ne!(v1, v0);
+        observe(&mut t, "SET work_mem = '6MB'");
+        t.on_error();
+        t.on_ready(true);
+        assert_eq!(t.version(), v1, "a failed transaction's SET never happened");
+        observe(&mut t, "SET work_mem = '6MB'");
+        t.on_ready(true);
+        assert_ne!(t.version(), v1, "the same key again: another version");
     }
 
     #[test]

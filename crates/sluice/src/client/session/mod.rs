@@ -400,6 +400,7 @@ async fn serve_request(
     if s.tracker.take_touched() || s.tracker.has_tracked() {
         server.gucs_owner = Some(client.id);
         server.gucs_dirty = true;
+        server.gucs_version = s.tracker.version();
     }
     if matches!(end, RelayEnd::Released | RelayEnd::PinCheck) && release_reset(settings).is_none() {
         // The common end (transaction mode, no reset query): straight back, without building
@@ -480,7 +481,11 @@ fn server_prep(
     s: &Session,
     server: &mut PooledServer,
 ) -> Prep {
-    let carries_mine = server.gucs_dirty && server.gucs_owner == Some(client_id);
+    // This client's parameters as they are now, not an older version of them (it changed them
+    // on another server since it last used this one).
+    let carries_mine = server.gucs_dirty
+        && server.gucs_owner == Some(client_id)
+        && server.gucs_version == s.tracker.version();
     // Another client's changes to undo and/or this client's to replay.
     let replay = !carries_mine && (server.gucs_dirty || s.tracker.has_tracked());
     let sql = catch_up_sql(app, s, server, replay);
@@ -488,6 +493,7 @@ fn server_prep(
         server.gucs_dirty = s.tracker.has_tracked();
     }
     server.gucs_owner = Some(client_id);
+    server.gucs_version = s.tracker.version();
     if let Some(sql) = &sql {
         // PgBouncer's debug line (verbose >= 1), which its tests look for.
         tracing::debug!("S-{}: {} varcache_apply: {sql}", server.id, s.pool.key);

@@ -581,6 +581,20 @@ fn sql_prepared_statements() {
 }
 
 #[test]
+fn drop_of_any_object() {
+    for sql in [
+        "DROP TABLE t",
+        "drop view if exists pg_temp.v",
+        "DROP SEQUENCE s CASCADE",
+        "  Drop Function pg_temp.f()",
+    ] {
+        assert_eq!(one(sql), K::Drop, "{sql}");
+    }
+    assert!(might_affect_session("DROP TABLE t"));
+    assert_eq!(one("SELECT 'drop table t'"), K::Plain);
+}
+
+#[test]
 fn load_module() {
     assert_eq!(
         one("LOAD 'auto_explain'"),

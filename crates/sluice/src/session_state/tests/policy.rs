@@ -61,6 +61,7 @@ fn policy_default_actions() {
         ("DISCARD ALL", Action::Release),
         ("DISCARD TEMP", Action::Release),
         ("DISCARD PLANS", Action::Forward),
+        ("DROP TABLE t", Action::Release),
         ("EXECUTE p", Action::Forward),
     ];
     for (sql, expected) in cases {
