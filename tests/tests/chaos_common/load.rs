@@ -110,10 +110,10 @@ pub(super) async fn operate(
     };
     let mut cancel_sent: Option<(Instant, &'static str)> = None;
     let mut cancel_pending = false;
-    // 0 - 9 and 11 - 12 in transaction and session pooling; statement pooling: what runs
+    // 0 - 9 and 11 - 13 in transaction and session pooling; statement pooling: what runs
     // outside a transaction block (prepared statements, large results, cancels, pipelines,
     // autocommit writes, SET of a tracked parameter).
-    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12];
+    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13];
     const SESSION: &[u64] = TRANSACTION;
     const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 9, 10, 10, 11, 12];
     let ops = match pooling {
@@ -434,35 +434,88 @@ pub(super) async fn operate(
                     Some(e) => error("simple pipeline", &e),
                 }
             }
+            13 => {
+                // Session state that pins (an advisory lock, a temporary table): the client keeps
+                // its server until it lets go, or, if that server is lost, it is told. Never
+                // silently another server: the lock would be gone, the table missing.
+                let key = rng.below(1 << 62) as i64;
+                let table = format!("chaos_tmp_{}", rng.below(1 << 40));
+                let pid = "SELECT pg_backend_pid()";
+                let answer = async {
+                    client
+                        .query_one("SELECT pg_advisory_lock($1)", &[&key])
+                        .await?;
+                    client
+                        .batch_execute(&format!(
+                            "CREATE TEMP TABLE {table} (n int); \
+                             INSERT INTO {table} VALUES (1), (2), (3)"
+                        ))
+                        .await?;
+                    let first: i32 = client.query_one(pid, &[]).await?.get(0);
+                    let count: i64 = client
+                        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+                        .await?
+                        .get(0);
+                    let then: i32 = client.query_one(pid, &[]).await?.get(0);
+                    let unlocked: bool = client
+                        .query_one("SELECT pg_advisory_unlock($1)", &[&key])
+                        .await?
+                        .get(0);
+                    client.batch_execute(&format!("DROP TABLE {table}")).await?;
+                    Ok::<_, tokio_postgres::Error>((first, count, then, unlocked))
+                };
+                match answer.await {
+                    Ok((first, 3, then, true)) if first == then => ctx.tally.ok("pinned"),
+                    Ok(got) => ctx.tally.finding(format!(
+                        "pinned: (backend, rows, backend, unlocked) = {got:?}, not (p, 3, p, true)"
+                    )),
+                    Err(e) => {
+                        error("pinned", &e);
+                        // Whatever is left (the server may still be this client's).
+                        let _ = client
+                            .batch_execute("SELECT pg_advisory_unlock_all(); DISCARD TEMP")
+                            .await;
+                    }
+                }
+            }
             _ => {
-                // A tracked parameter (application_name): what this connection set last time
-                // is still its value, whatever servers its transactions met since (restarted,
-                // recycled, in any pool mode), and a new value holds at once.
+                // Tracked parameters (application_name, which PgBouncer tracks too, and a custom
+                // one, which Sluice tracks): what this connection set last time is still their
+                // value, whatever servers its transactions met since (restarted, recycled, in
+                // any pool mode), and a new value holds at once.
                 let name = format!("chaos_{}", rng.below(1_000_000));
                 let before = memo.app_name.take();
                 let answer = async {
-                    let show = "SHOW application_name";
-                    let was: String = client.query_one(show, &[]).await?.get(0);
+                    let show = "SELECT current_setting('application_name'), \
+                                current_setting('app.chaos', true)";
+                    let row = client.query_one(show, &[]).await?;
+                    let was: (String, Option<String>) = (row.get(0), row.get(1));
                     client
-                        .batch_execute(&format!("SET application_name = '{name}'"))
+                        .batch_execute(&format!(
+                            "SET application_name = '{name}'; SET app.chaos = '{name}'"
+                        ))
                         .await?;
-                    let now: String = client.query_one(show, &[]).await?.get(0);
+                    let row = client.query_one(show, &[]).await?;
+                    let now: (String, Option<String>) = (row.get(0), row.get(1));
                     Ok::<_, tokio_postgres::Error>((was, now))
                 };
+                let holds = |(app, custom): &(String, Option<String>), value: &str| {
+                    app == value && custom.as_deref() == Some(value)
+                };
                 match answer.await {
-                    Ok((was, _)) if before.as_ref().is_some_and(|b| *b != was) => {
+                    Ok((was, _)) if before.as_ref().is_some_and(|b| !holds(&was, b)) => {
                         ctx.tally.finding(format!(
-                            "session state: SET {} earlier, SHOW said {was} now",
+                            "session state: SET {} earlier, now {was:?}",
                             before.unwrap()
                         ))
                     }
-                    Ok((_, now)) if now == name => {
+                    Ok((_, now)) if holds(&now, &name) => {
                         ctx.tally.ok("session state");
                         memo.app_name = Some(name);
                     }
                     Ok((_, now)) => ctx
                         .tally
-                        .finding(format!("session state: SET {name}, SHOW said {now}")),
+                        .finding(format!("session state: SET {name}, then {now:?}")),
                     // Its value is not known now (the SET may or may not have run).
                     Err(e) => error("session state", &e),
                 }

@@ -191,7 +191,7 @@ pub(super) enum Via {
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     pub own_cancel: OwnCancel,
-    /// The application_name it set last (None: not known, as after a failed SET).
+    /// The application_name and app.chaos it set last (None: not known, as after a failed SET).
     pub app_name: Option<String>,
 }
 
