@@ -110,10 +110,10 @@ pub(super) async fn operate(
     };
     let mut cancel_sent: Option<(Instant, &'static str)> = None;
     let mut cancel_pending = false;
-    // 0 - 9 and 11 - 13 in transaction and session pooling; statement pooling: what runs
+    // 0 - 9 and 11 - 14 in transaction and session pooling; statement pooling: what runs
     // outside a transaction block (prepared statements, large results, cancels, pipelines,
     // autocommit writes, SET of a tracked parameter).
-    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13];
+    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14];
     const SESSION: &[u64] = TRANSACTION;
     const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 9, 10, 10, 11, 12];
     let ops = match pooling {
@@ -478,44 +478,117 @@ pub(super) async fn operate(
                     }
                 }
             }
+            14 => {
+                // More state that pins: a cursor WITH HOLD and an SQL-level prepared statement,
+                // used over several transactions, then closed and deallocated.
+                let n = 3 + rng.below(5) as i64;
+                let stmt = format!("chaos_q{}", rng.below(1 << 40));
+                let answer = async {
+                    let values = |msgs: Vec<tokio_postgres::SimpleQueryMessage>| -> Vec<i64> {
+                        msgs.into_iter()
+                            .filter_map(|m| match m {
+                                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                                    r.get(0).and_then(|v| v.parse().ok())
+                                }
+                                _ => None,
+                            })
+                            .collect()
+                    };
+                    client
+                        .batch_execute(&format!(
+                            "BEGIN; DECLARE chaos_c CURSOR WITH HOLD FOR \
+                             SELECT g FROM generate_series(1, {n}) g; COMMIT; \
+                             PREPARE {stmt} (int8) AS SELECT $1 * 3"
+                        ))
+                        .await?;
+                    let head = values(client.simple_query("FETCH 2 FROM chaos_c").await?);
+                    let tripled =
+                        values(client.simple_query(&format!("EXECUTE {stmt}({n})")).await?);
+                    let rest = values(client.simple_query("FETCH ALL FROM chaos_c").await?);
+                    client
+                        .batch_execute(&format!("CLOSE chaos_c; DEALLOCATE {stmt}"))
+                        .await?;
+                    Ok::<_, tokio_postgres::Error>((head, tripled, rest))
+                };
+                match answer.await {
+                    Ok((head, tripled, rest))
+                        if head == [1, 2]
+                            && tripled == [n * 3]
+                            && rest == (3..=n).collect::<Vec<_>>() =>
+                    {
+                        ctx.tally.ok("held cursor")
+                    }
+                    Ok(got) => ctx.tally.finding(format!(
+                        "held cursor: fetched and executed {got:?} (cursor over 1..={n})"
+                    )),
+                    Err(e) => {
+                        error("held cursor", &e);
+                        let _ = client
+                            .batch_execute(&format!("CLOSE ALL; DEALLOCATE {stmt}"))
+                            .await;
+                    }
+                }
+            }
             _ => {
                 // Tracked parameters (application_name, which PgBouncer tracks too, and a custom
                 // one, which Sluice tracks): what this connection set last time is still their
                 // value, whatever servers its transactions met since (restarted, recycled, in
-                // any pool mode), and a new value holds at once.
+                // any pool mode), and a change holds at once: a SET, a RESET ALL (back to
+                // unset), or none for a SET LOCAL or a SET rolled back.
                 let name = format!("chaos_{}", rng.below(1_000_000));
+                let change = match rng.below(6) {
+                    0 => "RESET ALL".to_string(),
+                    1 => format!(
+                        "BEGIN; SET LOCAL application_name = '{name}'; \
+                         SET LOCAL app.chaos = '{name}'; COMMIT"
+                    ),
+                    2 => format!(
+                        "BEGIN; SET application_name = '{name}'; SET app.chaos = '{name}'; \
+                         ROLLBACK"
+                    ),
+                    _ => format!("SET application_name = '{name}'; SET app.chaos = '{name}'"),
+                };
                 let before = memo.app_name.take();
                 let answer = async {
                     let show = "SELECT current_setting('application_name'), \
-                                current_setting('app.chaos', true)";
+                                coalesce(current_setting('app.chaos', true), '')";
                     let row = client.query_one(show, &[]).await?;
-                    let was: (String, Option<String>) = (row.get(0), row.get(1));
-                    client
-                        .batch_execute(&format!(
-                            "SET application_name = '{name}'; SET app.chaos = '{name}'"
-                        ))
-                        .await?;
+                    let was: (String, String) = (row.get(0), row.get(1));
+                    client.batch_execute(&change).await?;
                     let row = client.query_one(show, &[]).await?;
-                    let now: (String, Option<String>) = (row.get(0), row.get(1));
+                    let now: (String, String) = (row.get(0), row.get(1));
                     Ok::<_, tokio_postgres::Error>((was, now))
                 };
-                let holds = |(app, custom): &(String, Option<String>), value: &str| {
-                    app == value && custom.as_deref() == Some(value)
-                };
+                // Both parameters hold `value` ("" = unset).
+                let holds =
+                    |(app, custom): &(String, String), value: &str| app == value && custom == value;
                 match answer.await {
                     Ok((was, _)) if before.as_ref().is_some_and(|b| !holds(&was, b)) => {
                         ctx.tally.finding(format!(
-                            "session state: SET {} earlier, now {was:?}",
+                            "session state: {:?} set earlier, now {was:?}",
                             before.unwrap()
                         ))
                     }
-                    Ok((_, now)) if holds(&now, &name) => {
-                        ctx.tally.ok("session state");
-                        memo.app_name = Some(name);
+                    Ok((was, now)) => {
+                        let expected = if change.starts_with("SET") {
+                            Some(name.as_str())
+                        } else if change == "RESET ALL" {
+                            Some("")
+                        } else {
+                            // SET LOCAL, or rolled back: unchanged.
+                            (was.0 == was.1).then_some(was.0.as_str())
+                        };
+                        match expected {
+                            Some(value) if holds(&now, value) => {
+                                ctx.tally.ok("session state");
+                                memo.app_name = Some(value.to_string());
+                            }
+                            None if now == was => ctx.tally.ok("session state"),
+                            _ => ctx.tally.finding(format!(
+                                "session state: {change}, then {now:?} (before it {was:?})"
+                            )),
+                        }
                     }
-                    Ok((_, now)) => ctx
-                        .tally
-                        .finding(format!("session state: SET {name}, then {now:?}")),
                     // Its value is not known now (the SET may or may not have run).
                     Err(e) => error("session state", &e),
                 }

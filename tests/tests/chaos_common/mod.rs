@@ -191,7 +191,8 @@ pub(super) enum Via {
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     pub own_cancel: OwnCancel,
-    /// The application_name and app.chaos it set last (None: not known, as after a failed SET).
+    /// The value of application_name and app.chaos it set last ("" after RESET ALL; None: not
+    /// known, as after a failed SET).
     pub app_name: Option<String>,
 }
 
@@ -292,7 +293,10 @@ impl Tally {
             || matches!(
                 code.as_deref(),
                 Some("26000") | Some("42P05") | Some("XX000")
-            );
+            )
+            // A cursor or temporary table of the client's own that its server should have
+            // (pinned there), as the first error of its operation: the pooler moved it silently.
+            || matches!(code.as_deref(), Some("34000") | Some("42P01"));
         if misdirected {
             // What this client's own cancels did, and those of the others, tell a cancel that
             // went astray from one of the client's own that came late.
