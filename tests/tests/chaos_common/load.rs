@@ -20,16 +20,40 @@ pub(super) async fn open(
     db: &str,
     via: Via,
 ) -> Result<Connection, tokio_postgres::Error> {
-    async fn with<T>(conn_str: &str, tls: T) -> Result<Connection, tokio_postgres::Error>
+    open_with(ctx, user, db, via, None).await
+}
+
+/// A notification: (channel, payload).
+type Notification = (String, String);
+
+/// `open`, passing the notifications the connection receives to `notify`.
+async fn open_with(
+    ctx: &Ctx,
+    user: (&str, &str),
+    db: &str,
+    via: Via,
+    notify: Option<tokio::sync::mpsc::UnboundedSender<Notification>>,
+) -> Result<Connection, tokio_postgres::Error> {
+    async fn with<T>(
+        conn_str: &str,
+        tls: T,
+        notify: Option<tokio::sync::mpsc::UnboundedSender<Notification>>,
+    ) -> Result<Connection, tokio_postgres::Error>
     where
         T: MakeTlsConnect<Socket>,
         T::Stream: Send + 'static,
         T::TlsConnect: Send,
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
     {
-        let (client, conn) = tokio_postgres::connect(conn_str, tls).await?;
+        use futures_util::StreamExt;
+        let (client, mut conn) = tokio_postgres::connect(conn_str, tls).await?;
         let task = tokio::spawn(async move {
-            let _ = conn.await;
+            let mut messages = futures_util::stream::poll_fn(move |cx| conn.poll_message(cx));
+            while let Some(Ok(m)) = messages.next().await {
+                if let (tokio_postgres::AsyncMessage::Notification(n), Some(tx)) = (m, &notify) {
+                    let _ = tx.send((n.channel().to_string(), n.payload().to_string()));
+                }
+            }
         });
         Ok((client, task))
     }
@@ -48,9 +72,9 @@ pub(super) async fn open(
                 "disable"
             };
             let conn_str = format!("{conn_str} sslmode=require channel_binding={binding}");
-            with(&conn_str, tls.clone()).await
+            with(&conn_str, tls.clone(), notify).await
         }
-        None => with(&conn_str, NoTls).await,
+        None => with(&conn_str, NoTls, notify).await,
     }
 }
 
@@ -110,10 +134,10 @@ pub(super) async fn operate(
     };
     let mut cancel_sent: Option<(Instant, &'static str)> = None;
     let mut cancel_pending = false;
-    // 0 - 9 and 11 - 14 in transaction and session pooling; statement pooling: what runs
+    // 0 - 9 and 11 - 15 in transaction and session pooling; statement pooling: what runs
     // outside a transaction block (prepared statements, large results, cancels, pipelines,
     // autocommit writes, SET of a tracked parameter).
-    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14];
+    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15];
     const SESSION: &[u64] = TRANSACTION;
     const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 9, 10, 10, 11, 12];
     let ops = match pooling {
@@ -527,6 +551,56 @@ pub(super) async fn operate(
                             .batch_execute(&format!("CLOSE ALL; DEALLOCATE {stmt}"))
                             .await;
                     }
+                }
+            }
+            15 => {
+                // LISTEN pins a listener of its own (same user and database) to its server, and
+                // a NOTIFY from this client reaches it between its transactions; UNLISTEN lets
+                // it go.
+                let channel = format!("chaos_ch{}", rng.below(1 << 40));
+                let payload = format!("p{}", rng.below(1 << 40));
+                let user = USERS[rng.below(2) as usize];
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+                let heard = async {
+                    let (listener, task) =
+                        open_with(ctx, user, pooling.db(), Via::Tcp, Some(tx)).await?;
+                    let outcome = async {
+                        listener.batch_execute(&format!("LISTEN {channel}")).await?;
+                        // The listener runs a transaction of its own in between: still pinned.
+                        listener.batch_execute("SELECT 1").await?;
+                        // A PAUSE of the database waits for the listener's server, and holds
+                        // the NOTIFY until the RESUME that follows it: then the listener lets go
+                        // without it (within the console's patience for the PAUSE).
+                        let notify = format!("NOTIFY {channel}, '{payload}'");
+                        let sent = Duration::from_millis(1500);
+                        let got =
+                            match tokio::time::timeout(sent, client.batch_execute(&notify)).await {
+                                Ok(done) => {
+                                    done?;
+                                    let wait = Duration::from_secs(2);
+                                    Some(tokio::time::timeout(wait, rx.recv()).await.ok().flatten())
+                                }
+                                Err(_) => None,
+                            };
+                        // Answered only while its connection lives: a listener ended by the
+                        // chaos is an error, not a lost notification.
+                        listener.batch_execute("UNLISTEN *").await?;
+                        Ok::<_, tokio_postgres::Error>(got)
+                    }
+                    .await;
+                    drop(listener);
+                    task.abort();
+                    outcome
+                };
+                match heard.await {
+                    Ok(Some(Some((c, p)))) if c == channel && p == payload => {
+                        ctx.tally.ok("notified")
+                    }
+                    Ok(None) => ctx.tally.ok("notify held (paused)"),
+                    Ok(Some(got)) => ctx.tally.finding(format!(
+                        "notify: {channel} '{payload}' sent, the listener heard {got:?}"
+                    )),
+                    Err(e) => error("notified", &e),
                 }
             }
             _ => {
