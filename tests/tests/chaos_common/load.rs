@@ -122,7 +122,7 @@ const OWN_CANCEL_WINDOW: Duration = Duration::from_secs(2);
 /// `memo`: what this connection's earlier operations left (see `Memo`).
 pub(super) async fn operate(
     ctx: &Ctx,
-    client: &tokio_postgres::Client,
+    client: &mut tokio_postgres::Client,
     pooling: Pooling,
     rng: &mut Rng,
     memo: &mut Memo,
@@ -134,10 +134,10 @@ pub(super) async fn operate(
     };
     let mut cancel_sent: Option<(Instant, &'static str)> = None;
     let mut cancel_pending = false;
-    // 0 - 9 and 11 - 15 in transaction and session pooling; statement pooling: what runs
+    // 0 - 9 and 11 - 16 in transaction and session pooling; statement pooling: what runs
     // outside a transaction block (prepared statements, large results, cancels, pipelines,
     // autocommit writes, SET of a tracked parameter).
-    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15];
+    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16];
     const SESSION: &[u64] = TRANSACTION;
     const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 9, 10, 10, 11, 12];
     let ops = match pooling {
@@ -553,6 +553,39 @@ pub(super) async fn operate(
                     }
                 }
             }
+            16 => {
+                // A portal read in chunks (Execute with a row limit, PortalSuspended between:
+                // JDBC's fetch size) inside a transaction.
+                let n = 200 + rng.below(800) as i64;
+                let chunk = 1 + rng.below(150) as i32;
+                let answer = async {
+                    let tx = client.transaction().await?;
+                    let st = tx
+                        .prepare("SELECT g FROM generate_series(1, $1::int8) g")
+                        .await?;
+                    let portal = tx.bind(&st, &[&n]).await?;
+                    let mut got: Vec<i64> = Vec::new();
+                    loop {
+                        let rows = tx.query_portal(&portal, chunk).await?;
+                        if rows.is_empty() {
+                            break;
+                        }
+                        got.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+                    }
+                    tx.commit().await?;
+                    Ok::<_, tokio_postgres::Error>(got)
+                };
+                match answer.await {
+                    Ok(got) if got.iter().copied().eq(1..=n) => ctx.tally.ok("portal"),
+                    Ok(got) => ctx.tally.finding(format!(
+                        "portal: 1..={n} in chunks of {chunk}, got {} rows, first {:?}, last {:?}",
+                        got.len(),
+                        got.first(),
+                        got.last()
+                    )),
+                    Err(e) => error("portal", &e),
+                }
+            }
             15 => {
                 // LISTEN pins a listener of its own (same user and database) to its server, and
                 // a NOTIFY from this client reaches it between its transactions; UNLISTEN lets
@@ -710,7 +743,7 @@ pub(super) async fn steady(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             memo = Memo::default();
             continue;
         }
-        let (client, _) = conn.as_ref().unwrap();
+        let (client, _) = conn.as_mut().unwrap();
         // One statement prepared when the connection is made and used for its whole life: in
         // transaction pooling it meets servers that never saw it (new after a restart, a
         // RECONNECT or a RELOAD), where the pooler prepares it again unseen.
@@ -781,7 +814,7 @@ pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
         } else {
             Via::Tcp
         };
-        let Some((client, task)) = connect(&ctx, user, pooling, via).await else {
+        let Some((mut client, task)) = connect(&ctx, user, pooling, via).await else {
             continue;
         };
         if rng.below(3) == 0 {
@@ -790,7 +823,7 @@ pub(super) async fn churn(ctx: Arc<Ctx>, n: u64, mut rng: Rng) {
             let _ = tokio::time::timeout(Duration::from_millis(20 + n), query).await;
             ctx.tally.ok("abandoned");
         } else {
-            operate(&ctx, &client, pooling, &mut rng, &mut Memo::default()).await;
+            operate(&ctx, &mut client, pooling, &mut rng, &mut Memo::default()).await;
         }
         drop(client);
         task.abort();
