@@ -145,7 +145,11 @@ pub(super) async fn operate(
         Pooling::Session => SESSION,
         Pooling::Statement => STATEMENT,
     };
-    let pick = ops[rng.below(ops.len() as u64) as usize];
+    let mut pick = ops[rng.below(ops.len() as u64) as usize];
+    // Now and then, in the chaos modes, a transaction left idle (17).
+    if pooling != Pooling::Statement && !ctx.mode.takeover() && rng.below(80) == 0 {
+        pick = 17;
+    }
     let fut = async {
         match pick {
             0 | 1 => {
@@ -551,6 +555,39 @@ pub(super) async fn operate(
                             .batch_execute(&format!("CLOSE ALL; DEALLOCATE {stmt}"))
                             .await;
                     }
+                }
+            }
+            17 => {
+                // A transaction left idle past idle_transaction_timeout (2 s, chaos modes): the
+                // pooler closes its server and the client, and its insert never commits (the
+                // server must not go back to the pool with it, where another client's COMMIT
+                // would commit it).
+                let id = ctx.next_id.fetch_add(1, Ordering::Relaxed);
+                let answer = async {
+                    client
+                        .batch_execute(&format!("BEGIN; INSERT INTO chaos_commits VALUES ({id})"))
+                        .await?;
+                    tokio::time::sleep(Duration::from_millis(2800)).await;
+                    let closed = client.is_closed();
+                    if !closed {
+                        client.batch_execute("COMMIT").await?;
+                    }
+                    Ok::<_, tokio_postgres::Error>(closed)
+                };
+                match answer.await {
+                    Ok(true) => {
+                        ctx.tally.aborted.lock().unwrap().push(id);
+                        ctx.tally.ok("idle in transaction, closed");
+                    }
+                    Ok(false) => {
+                        ctx.tally.acked.lock().unwrap().push(id);
+                        ctx.tally.finding(format!(
+                            "a transaction idle for 2.8 s was not closed (idle_transaction_timeout \
+                             = 2): its COMMIT ran (row {id})"
+                        ));
+                    }
+                    // Ended otherwise (the COMMIT failed): its outcome is not known here.
+                    Err(e) => error("idle in transaction", &e),
                 }
             }
             16 => {

@@ -122,11 +122,17 @@ enum Servers {
     Recycled,
 }
 
+/// A transaction idle this long is closed (chaos modes): `load.rs` leaves one idle for longer.
+const IDLE_TX_LINE: &str = "idle_transaction_timeout = 2\n";
+
 const RECYCLED_LINES: &str =
     "server_lifetime = 1\nserver_idle_timeout = 1\nserver_check_delay = 0\n";
 
 fn ini(pool_size: u32, servers: Servers, socket_dir: &str, mode: Mode) -> String {
     let tls = if mode.tls() { TLS_LINES } else { "" };
+    // With the chaos, a transaction left idle is closed (the takeover's clients never see an
+    // error, so not there).
+    let idle_tx = if mode.takeover() { "" } else { IDLE_TX_LINE };
     let recycled = match servers {
         Servers::Kept => "",
         Servers::Recycled => RECYCLED_LINES,
@@ -137,7 +143,7 @@ fn ini(pool_size: u32, servers: Servers, socket_dir: &str, mode: Mode) -> String
              default_pool_size = {pool_size}\nmax_prepared_statements = 20\n\
              query_wait_timeout = 10\nserver_connect_timeout = 5\nserver_login_retry = 1\n\
              client_login_timeout = 10\nlog_connections = 0\nlog_disconnections = 0\n\
-             {recycled}{tls}"
+             {recycled}{idle_tx}{tls}"
         ),
         DATABASES,
     );
@@ -174,6 +180,9 @@ struct Tally {
     /// Findings: a wrong answer, a protocol confusion, a hang. Any one fails the test.
     findings: Mutex<Vec<String>>,
     acked: Mutex<Vec<i64>>,
+    /// Rows inserted by transactions that certainly never committed (their client was closed
+    /// before it could send COMMIT): none may be in the table.
+    aborted: Mutex<Vec<i64>>,
     chaos: Mutex<BTreeMap<&'static str, u64>>,
     /// When cancels whose sleep ended normally were seen (`cancel_missed`).
     missed_cancels: Mutex<Vec<Instant>>,
@@ -674,6 +683,21 @@ pub async fn soak(mode: Mode) {
         .copied()
         .filter(|id| !present.contains(id))
         .collect();
+    let appeared: Vec<i64> = ctx
+        .tally
+        .aborted
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|id| present.contains(id))
+        .collect();
+    if !appeared.is_empty() {
+        ctx.tally.finding(format!(
+            "{} rows of transactions closed before their COMMIT were committed: {appeared:?}",
+            appeared.len()
+        ));
+    }
     if !lost.is_empty() {
         ctx.tally.finding(format!(
             "{} acknowledged commits lost: {lost:?}",
