@@ -134,12 +134,12 @@ pub(super) async fn operate(
     };
     let mut cancel_sent: Option<(Instant, &'static str)> = None;
     let mut cancel_pending = false;
-    // 0 - 9 and 11 - 16 in transaction and session pooling; statement pooling: what runs
+    // 0 - 9, 11 - 16 and 18 in transaction and session pooling (17 now and then, below); statement pooling: what runs
     // outside a transaction block (prepared statements, large results, cancels, pipelines,
-    // autocommit writes, SET of a tracked parameter).
-    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16];
+    // autocommit writes, SET of a tracked parameter, a large Bind).
+    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 18];
     const SESSION: &[u64] = TRANSACTION;
-    const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 9, 10, 10, 11, 12];
+    const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 9, 10, 10, 11, 12, 18];
     let ops = match pooling {
         Pooling::Transaction => TRANSACTION,
         Pooling::Session => SESSION,
@@ -551,6 +551,8 @@ pub(super) async fn operate(
                     )),
                     Err(e) => {
                         error("held cursor", &e);
+                        // (A batch that stopped in its transaction block left it open.)
+                        let _ = client.batch_execute("ROLLBACK").await;
                         let _ = client
                             .batch_execute(&format!("CLOSE ALL; DEALLOCATE {stmt}"))
                             .await;
@@ -587,7 +589,41 @@ pub(super) async fn operate(
                         ));
                     }
                     // Ended otherwise (the COMMIT failed): its outcome is not known here.
-                    Err(e) => error("idle in transaction", &e),
+                    Err(e) => {
+                        error("idle in transaction", &e);
+                        let _ = client.batch_execute("ROLLBACK").await;
+                    }
+                }
+            }
+            18 => {
+                // A large message from the client: a Bind of 128 KiB - 1.1 MiB, hashed by the
+                // server.
+                let len = 128 * 1024 + rng.below(1024 * 1024) as usize;
+                let seed = rng.next();
+                let data: Vec<u8> = (0..len)
+                    .map(|i| (seed.rotate_left((i % 64) as u32) as u8) ^ (i as u8))
+                    .collect();
+                let expected: String = {
+                    use sha2::Digest;
+                    sha2::Sha256::digest(&data)
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect()
+                };
+                let sql = "SELECT encode(sha256($1), 'hex'), length($1)";
+                match client.query_one(sql, &[&data]).await {
+                    Ok(row)
+                        if row.get::<_, String>(0) == expected
+                            && row.get::<_, i32>(1) as usize == len =>
+                    {
+                        ctx.tally.ok("large bind")
+                    }
+                    Ok(row) => ctx.tally.finding(format!(
+                        "large bind: {len} bytes hashed to {} over {} bytes, not {expected}",
+                        row.get::<_, String>(0),
+                        row.get::<_, i32>(1)
+                    )),
+                    Err(e) => error("large bind", &e),
                 }
             }
             16 => {
@@ -734,7 +770,10 @@ pub(super) async fn operate(
                         }
                     }
                     // Its value is not known now (the SET may or may not have run).
-                    Err(e) => error("session state", &e),
+                    Err(e) => {
+                        error("session state", &e);
+                        let _ = client.batch_execute("ROLLBACK").await;
+                    }
                 }
             }
         }
