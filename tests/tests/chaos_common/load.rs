@@ -569,7 +569,7 @@ pub(super) async fn operate(
                     client
                         .batch_execute(&format!("BEGIN; INSERT INTO chaos_commits VALUES ({id})"))
                         .await?;
-                    tokio::time::sleep(Duration::from_millis(2800)).await;
+                    tokio::time::sleep(Duration::from_secs(4)).await;
                     let closed = client.is_closed();
                     if !closed {
                         client.batch_execute("COMMIT").await?;
@@ -584,7 +584,7 @@ pub(super) async fn operate(
                     Ok(false) => {
                         ctx.tally.acked.lock().unwrap().push(id);
                         ctx.tally.finding(format!(
-                            "a transaction idle for 2.8 s was not closed (idle_transaction_timeout \
+                            "a transaction idle for 4 s was not closed (idle_transaction_timeout \
                              = 2): its COMMIT ran (row {id})"
                         ));
                     }
