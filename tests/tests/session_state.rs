@@ -144,6 +144,30 @@ async fn alternating_servers_each_get_the_clients_newest_values() {
     assert_eq!(pids.len(), 2, "A met both servers");
 }
 
+/// server_reset_query_always runs the reset query (DISCARD ALL) after every transaction: the
+/// client's SETs are replayed on its next transaction, even on the same server.
+#[tokio::test]
+async fn a_reset_after_every_transaction_does_not_lose_the_clients_sets() {
+    let s = start("default_pool_size = 1\nserver_reset_query_always = 1");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute("SET work_mem = '7MB'; SET app.tenant = 'seven'")
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            value(
+                &a,
+                "SELECT current_setting('work_mem') || ' ' || current_setting('app.tenant')"
+            )
+            .await,
+            "7MB seven",
+            "A's SETs after the reset query ran on its server"
+        );
+        assert_eq!(value(&b, "SHOW work_mem").await, "4MB", "never B's");
+    }
+}
+
 #[tokio::test]
 async fn a_set_in_a_failed_or_rolled_back_transaction_is_not_kept() {
     let s = start("default_pool_size = 1");

@@ -27,6 +27,11 @@ impl Pool {
     /// sv_tested, then return it; a failing query closes it instead.
     pub async fn reset_and_release(self: &Arc<Self>, mut server: PooledServer, queries: &[&str]) {
         if !queries.is_empty() {
+            // What the queries reset is not known here (server_reset_query is the operator's):
+            // the server no longer carries its last client's parameters as that client left
+            // them, so that client gets them replayed too, and any other client still gets the
+            // RESET (`gucs_dirty` stays).
+            server.gucs_owner = None;
             let max = self.settings().connect.max_packet_size;
             let testing = Testing::begin(self, &server);
             let mut result = Ok(());
