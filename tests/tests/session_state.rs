@@ -168,6 +168,59 @@ async fn a_reset_after_every_transaction_does_not_lose_the_clients_sets() {
     }
 }
 
+/// Savepoints: a SET rolled back to a savepoint is gone, one made before it stays, and a
+/// transaction rescued from an error by ROLLBACK TO SAVEPOINT commits the SETs it kept (what
+/// PostgreSQL does), on whichever server the client's next transaction runs.
+#[tokio::test]
+async fn sets_follow_savepoints_as_on_a_direct_connection() {
+    let s = start("default_pool_size = 1");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    let read = "SELECT current_setting('work_mem') || ' ' || \
+                coalesce(nullif(current_setting('app.tenant', true), ''), '-') || ' ' || \
+                current_setting('statement_timeout')";
+    // B's transactions in between reset the server: what A sees is its replay.
+    a.batch_execute(
+        "BEGIN; SET work_mem = '5MB'; SAVEPOINT s1; SET app.tenant = 'gone'; \
+         ROLLBACK TO SAVEPOINT s1; COMMIT",
+    )
+    .await
+    .unwrap();
+    assert_eq!(value(&b, "SHOW work_mem").await, "4MB");
+    assert_eq!(
+        value(&a, read).await,
+        "5MB - 0",
+        "the SET before the savepoint stays"
+    );
+    a.batch_execute(
+        "BEGIN; SAVEPOINT s1; SET statement_timeout = '7s'; SAVEPOINT s2; \
+         SET app.tenant = 'kept'; RELEASE SAVEPOINT s2; SAVEPOINT s3; \
+         SET work_mem = '9MB'; ROLLBACK TO s3; COMMIT",
+    )
+    .await
+    .unwrap();
+    assert_eq!(value(&b, "SHOW work_mem").await, "4MB");
+    assert_eq!(
+        value(&a, read).await,
+        "5MB kept 7s",
+        "released kept, rolled back gone"
+    );
+    // An error rescued by ROLLBACK TO: the transaction commits what it kept.
+    a.batch_execute("BEGIN; SET work_mem = '6MB'; SAVEPOINT s; SET app.tenant = 'lost'")
+        .await
+        .unwrap();
+    assert!(a.batch_execute("SELECT 1/0").await.is_err());
+    a.batch_execute("ROLLBACK TO SAVEPOINT s; COMMIT")
+        .await
+        .unwrap();
+    assert_eq!(value(&b, "SHOW work_mem").await, "4MB");
+    assert_eq!(
+        value(&a, read).await,
+        "6MB kept 7s",
+        "a rescued transaction committed"
+    );
+}
+
 #[tokio::test]
 async fn a_set_in_a_failed_or_rolled_back_transaction_is_not_kept() {
     let s = start("default_pool_size = 1");

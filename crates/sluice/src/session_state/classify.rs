@@ -67,13 +67,28 @@ pub fn might_affect_session<S: AsRef<[u8]> + ?Sized>(sql: &S) -> bool {
 }
 
 pub fn might_affect_session_with<S: AsRef<[u8]> + ?Sized>(sql: &S, opts: LexOptions) -> bool {
-    let src = sql.as_ref();
+    any_statement(sql.as_ref(), opts, |k| k.affects_session())
+}
+
+/// `might_affect_session_with`, or a savepoint statement in `sql` (SAVEPOINT, RELEASE, ROLLBACK
+/// TO): what the session tracker reads (SETs made after a savepoint go with a rollback to it).
+pub fn might_matter_to_tracker_with(sql: &[u8], opts: LexOptions) -> bool {
+    any_statement(sql, opts, |k| {
+        k.affects_session() || k.is_savepoint_control()
+    })
+}
+
+fn any_statement(
+    src: &[u8],
+    opts: LexOptions,
+    wanted: impl Fn(&StatementKind<'_>) -> bool,
+) -> bool {
     // The common case straight away, without setting up the statement iterator.
     if fast_plain(src, Lexer::with_scs(src, opts.standard_conforming_strings)).is_some() {
         return false;
     }
     // The shortcut has just said no: the iterator need not try it again.
-    classify_from(src, opts, true).any(|s| s.kind.affects_session())
+    classify_from(src, opts, true).any(|s| wanted(&s.kind))
 }
 
 /// How a statement text may end the transaction block it runs in: what a client is told when

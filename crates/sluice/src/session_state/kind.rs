@@ -223,6 +223,15 @@ impl StatementKind<'_> {
         }
     }
 
+    /// SAVEPOINT, RELEASE SAVEPOINT, ROLLBACK TO SAVEPOINT.
+    pub fn is_savepoint_control(&self) -> bool {
+        use StatementKind::*;
+        matches!(
+            self,
+            Savepoint { .. } | ReleaseSavepoint { .. } | RollbackToSavepoint { .. }
+        )
+    }
+
     /// Starts, ends or moves within a transaction block.
     pub fn is_transaction_control(&self) -> bool {
         use StatementKind::*;

@@ -2,7 +2,7 @@
 //! with their transaction, replayed on the next server), and what pins it to its server.
 //! Pure: the relay feeds it the SQL it forwards and the server's verdicts.
 
-use super::classify::{classify_with, might_affect_session_with, LexOptions};
+use super::classify::{classify_with, might_matter_to_tracker_with, LexOptions};
 use super::kind::{DiscardTarget, SetName, StatementKind};
 use super::policy::{self, Action, Feature};
 
@@ -19,6 +19,8 @@ enum Change {
     ResetAll,
     /// DISCARD ALL: parameters, role and session authorization back to the defaults.
     DiscardAll,
+    /// SAVEPOINT (its normalized name): a ROLLBACK TO it drops the changes after it.
+    Savepoint(String),
 }
 
 /// What the client did that the relay must act on.
@@ -63,7 +65,7 @@ impl SessionTracker {
     /// Look at SQL about to be forwarded (a simple Query, or a Parse's text). `may_pin` says whether
     /// the policy allows pinning. A refusal leaves the tracker unchanged.
     pub fn observe(&mut self, sql: &[u8], opts: LexOptions, may_pin: bool) -> Verdict {
-        if !might_affect_session_with(sql, opts) {
+        if !might_matter_to_tracker_with(sql, opts) {
             return Verdict::Forward;
         }
         let stmts: Vec<_> = classify_with(sql, opts).collect();
@@ -73,6 +75,33 @@ impl SessionTracker {
             }
         }
         for s in &stmts {
+            match &s.kind {
+                StatementKind::Savepoint { name } => {
+                    self.pending
+                        .push(Change::Savepoint(name.normalized().into_owned()));
+                    continue;
+                }
+                StatementKind::RollbackToSavepoint { name } => {
+                    // Back to the savepoint, which stays (unknown: PostgreSQL refuses it).
+                    if let Some(at) = self.savepoint(&name.normalized()) {
+                        self.pending.truncate(at + 1);
+                    }
+                    continue;
+                }
+                StatementKind::ReleaseSavepoint { name } => {
+                    // The savepoint and those after it go; their changes stay.
+                    if let Some(at) = self.savepoint(&name.normalized()) {
+                        let changes: Vec<Change> = self
+                            .pending
+                            .drain(at..)
+                            .filter(|c| !matches!(c, Change::Savepoint(_)))
+                            .collect();
+                        self.pending.extend(changes);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
             match policy::action(&s.kind, |_| true) {
                 Action::Track => {
                     self.touched = true;
@@ -119,15 +148,28 @@ impl SessionTracker {
         }
     }
 
-    /// The server reported an error: the current transaction's changes will not commit.
+    /// Where the latest savepoint named `name` is in `pending`.
+    fn savepoint(&self, name: &str) -> Option<usize> {
+        self.pending
+            .iter()
+            .rposition(|c| matches!(c, Change::Savepoint(n) if n == name))
+    }
+
+    /// The server reported an error: the current transaction's changes will not commit, unless
+    /// a ROLLBACK TO SAVEPOINT rescues it (its COMMIT then says COMMIT).
     pub fn on_error(&mut self) {
         self.failed = true;
     }
 
-    /// CommandComplete tag (without the NUL).
+    /// CommandComplete tag (without the NUL). The last transaction-ending tag decides: ROLLBACK
+    /// (also ROLLBACK TO SAVEPOINT's, and a COMMIT's of a failed transaction) drops the
+    /// transaction's changes, a COMMIT after it (the transaction went on) keeps them.
     pub fn on_command_complete(&mut self, tag: &[u8]) {
         if tag == b"ROLLBACK" {
             self.rolled_back = true;
+        } else if tag == b"COMMIT" || tag == b"PREPARE TRANSACTION" {
+            self.rolled_back = false;
+            self.failed = false;
         }
     }
 
@@ -156,6 +198,7 @@ impl SessionTracker {
                     .tracked
                     .retain(|(k, _)| k == "role" || k == "session_authorization"),
                 Change::DiscardAll => self.tracked.clear(),
+                Change::Savepoint(_) => {}
             }
         }
     }
@@ -394,6 +437,50 @@ mod tests {
         observe(&mut t, "SET work_mem = '6MB'");
         t.on_ready(true);
         assert_ne!(t.version(), v1, "the same key again: another version");
+    }
+
+    fn keys(t: &SessionTracker) -> Vec<&str> {
+        t.tracked_sets().iter().map(|(k, _)| k.as_str()).collect()
+    }
+
+    #[test]
+    fn savepoints_keep_and_drop_what_postgresql_does() {
+        let mut t = SessionTracker::default();
+        observe(&mut t, "BEGIN; SET a = 1; SAVEPOINT s1; SET b = 2");
+        observe(
+            &mut t,
+            "SAVEPOINT \"S2\"; SET c = 3; ROLLBACK TO \"S2\"; SET d = 4",
+        );
+        observe(
+            &mut t,
+            "RELEASE s1; SAVEPOINT s3; SET e = 5; ROLLBACK TO SAVEPOINT s3",
+        );
+        // The savepoint stays after a rollback to it; an unknown one changes nothing.
+        observe(&mut t, "SET f = 6; ROLLBACK TO s3; ROLLBACK TO nosuch");
+        t.on_command_complete(b"ROLLBACK"); // ROLLBACK TO's tag
+        t.on_command_complete(b"COMMIT");
+        t.on_ready(true);
+        assert_eq!(keys(&t), ["a", "b", "d"]);
+    }
+
+    #[test]
+    fn a_transaction_rescued_by_rollback_to_commits() {
+        let mut t = SessionTracker::default();
+        observe(&mut t, "BEGIN; SET a = 1; SAVEPOINT s; SET b = 2");
+        t.on_error();
+        t.on_ready(false);
+        observe(&mut t, "ROLLBACK TO s; COMMIT");
+        t.on_command_complete(b"ROLLBACK");
+        t.on_command_complete(b"COMMIT");
+        t.on_ready(true);
+        assert_eq!(keys(&t), ["a"]);
+        // Not rescued: COMMIT of a failed transaction answers ROLLBACK.
+        observe(&mut t, "BEGIN; SET c = 3");
+        t.on_error();
+        observe(&mut t, "COMMIT");
+        t.on_command_complete(b"ROLLBACK");
+        t.on_ready(true);
+        assert_eq!(keys(&t), ["a"]);
     }
 
     #[test]
