@@ -714,7 +714,8 @@ pub(super) async fn operate(
                 // one, which Sluice tracks): what this connection set last time is still their
                 // value, whatever servers its transactions met since (restarted, recycled, in
                 // any pool mode), and a change holds at once: a SET, a RESET ALL (back to
-                // unset), or none for a SET LOCAL or a SET rolled back.
+                // unset), a SET whose later change a savepoint rolled back, or none for a SET LOCAL
+                // or a SET rolled back.
                 let name = format!("chaos_{}", rng.below(1_000_000));
                 let change = match rng.below(6) {
                     0 => "RESET ALL".to_string(),
@@ -725,6 +726,11 @@ pub(super) async fn operate(
                     2 => format!(
                         "BEGIN; SET application_name = '{name}'; SET app.chaos = '{name}'; \
                          ROLLBACK"
+                    ),
+                    // Set, then a savepoint's rollback undoes a second SET only.
+                    3 => format!(
+                        "BEGIN; SET application_name = '{name}'; SET app.chaos = '{name}'; \
+                         SAVEPOINT s; SET app.chaos = 'undone'; ROLLBACK TO s; COMMIT"
                     ),
                     _ => format!("SET application_name = '{name}'; SET app.chaos = '{name}'"),
                 };
@@ -750,7 +756,8 @@ pub(super) async fn operate(
                         ))
                     }
                     Ok((was, now)) => {
-                        let expected = if change.starts_with("SET") {
+                        let expected = if change.starts_with("SET") || change.contains("SAVEPOINT")
+                        {
                             Some(name.as_str())
                         } else if change == "RESET ALL" {
                             Some("")
