@@ -22,7 +22,7 @@ async fn value(c: &tokio_postgres::Client, sql: &str) -> String {
     for m in c
         .simple_query(sql)
         .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
     {
         if let SimpleQueryMessage::Row(r) = m {
             return r.get(0).unwrap_or("").to_string();
@@ -218,6 +218,39 @@ async fn sets_follow_savepoints_as_on_a_direct_connection() {
         value(&a, read).await,
         "6MB kept 7s",
         "a rescued transaction committed"
+    );
+}
+
+/// Pipelined requests (each with its own Sync, as tokio-postgres, pgx batches and psycopg's
+/// pipeline mode send them): a SET belongs to its own request's transaction, not to the one
+/// answered first. An error in the middle request loses neither SET around it.
+#[tokio::test]
+async fn pipelined_sets_commit_with_their_own_request() {
+    let s = start("default_pool_size = 1");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    // An error first, then a SET: the SET is not the failed request's.
+    let (failed, set) = tokio::join!(
+        a.batch_execute("SELECT 1/0"),
+        a.batch_execute("SET work_mem = '5MB'"),
+    );
+    assert!(failed.is_err() && set.is_ok());
+    // A SET, then one that fails: the first commits, the failed one never happened.
+    let (set, failed) = tokio::join!(
+        a.batch_execute("SET app.tenant = 'kept'"),
+        a.batch_execute("SET statement_timeout = 'not a duration'"),
+    );
+    assert!(set.is_ok() && failed.is_err());
+    assert_eq!(value(&b, "SHOW work_mem").await, "4MB", "B in between");
+    assert_eq!(
+        value(
+            &a,
+            "SELECT current_setting('work_mem') || ' ' || current_setting('app.tenant') || ' ' \
+             || current_setting('statement_timeout')"
+        )
+        .await,
+        "5MB kept 0",
+        "each SET with its own request's outcome"
     );
 }
 

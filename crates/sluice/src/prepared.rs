@@ -24,8 +24,9 @@ pub struct Statement {
     param_types: Box<[u32]>,
     /// The complete Parse message with the server name.
     pub parse_message: Bytes,
-    /// Running it may create or change session state (SET, advisory locks, LISTEN...): the
-    /// session tracker looks at its text each time it is executed.
+    /// Running it may create or change session state (SET, advisory locks, LISTEN...), or
+    /// move within a transaction's savepoints: the session tracker looks at its text each time
+    /// it is executed.
     pub affects_session: bool,
     /// How running it ends a transaction block (what a client is told if its server is lost
     /// while it runs: `forward/lost.rs`).
@@ -89,7 +90,10 @@ impl StatementRegistry {
             query: query.into(),
             param_types: param_types.into(),
             parse_message: msg.freeze(),
-            affects_session: crate::session_state::might_affect_session(query),
+            affects_session: crate::session_state::might_matter_to_tracker_with(
+                query.as_bytes(),
+                crate::session_state::LexOptions::default(),
+            ),
             ends_transaction: crate::session_state::transaction_ending_with(
                 query,
                 crate::session_state::LexOptions::default(),

@@ -714,8 +714,8 @@ pub(super) async fn operate(
                 // one, which Sluice tracks): what this connection set last time is still their
                 // value, whatever servers its transactions met since (restarted, recycled, in
                 // any pool mode), and a change holds at once: a SET, a RESET ALL (back to
-                // unset), a SET whose later change a savepoint rolled back, or none for a SET LOCAL
-                // or a SET rolled back.
+                // unset), a SET whose later change a savepoint rolled back, a SET pipelined behind
+                // a failing request, or none for a SET LOCAL or a SET rolled back.
                 let name = format!("chaos_{}", rng.below(1_000_000));
                 let change = match rng.below(6) {
                     0 => "RESET ALL".to_string(),
@@ -734,13 +734,27 @@ pub(super) async fn operate(
                     ),
                     _ => format!("SET application_name = '{name}'; SET app.chaos = '{name}'"),
                 };
+                let rng_pipelined = change.starts_with("SET") && rng.below(3) == 0;
                 let before = memo.app_name.take();
                 let answer = async {
                     let show = "SELECT current_setting('application_name'), \
                                 coalesce(current_setting('app.chaos', true), '')";
                     let row = client.query_one(show, &[]).await?;
                     let was: (String, String) = (row.get(0), row.get(1));
-                    client.batch_execute(&change).await?;
+                    if rng_pipelined {
+                        // Pipelined behind a request that fails: the SET is its own transaction.
+                        let (failed, set) = tokio::join!(
+                            client.batch_execute("SELECT 1/0"),
+                            client.batch_execute(&change)
+                        );
+                        if failed.is_ok() {
+                            ctx.tally
+                                .finding("session state: SELECT 1/0 succeeded".into());
+                        }
+                        set?;
+                    } else {
+                        client.batch_execute(&change).await?;
+                    }
                     let row = client.query_one(show, &[]).await?;
                     let now: (String, String) = (row.get(0), row.get(1));
                     Ok::<_, tokio_postgres::Error>((was, now))

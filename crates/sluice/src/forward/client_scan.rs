@@ -191,10 +191,11 @@ impl RelayCore<'_> {
         let opts = self.lex_options();
         // A Parse runs later (at Execute) and cannot be refused cleanly here: it pins instead.
         let may_pin = self.may_pin || tag == frontend_tag::PARSE;
+        let request = self.request_number();
         let Some(tracker) = self.tracker.as_deref_mut() else {
             return Ok(Step::PassThrough);
         };
-        let verdict = tracker.observe(sql, opts, may_pin);
+        let verdict = tracker.observe_in(sql, opts, may_pin, request);
         self.c_observed = true;
         if *self.server.status != TransactionStatus::Idle && verdict == Verdict::Forward {
             // Inside a transaction block: whether this text ends it (read if the server is lost).
@@ -458,9 +459,10 @@ impl RelayCore<'_> {
         };
         if stmt.affects_session {
             let opts = self.lex_options();
+            let request = self.request_number();
             if let Some(t) = self.tracker.as_deref_mut() {
                 // Refusing mid-batch is not possible here: session state from a named statement pins.
-                t.observe(stmt.query().as_bytes(), opts, true);
+                t.observe_in(stmt.query().as_bytes(), opts, true, request);
             }
         }
         if *self.server.status != TransactionStatus::Idle {

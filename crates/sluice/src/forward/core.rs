@@ -167,6 +167,10 @@ pub struct RelayCore<'a> {
     /// ReadyForQuery messages the server still owes (one per Query, Sync, FunctionCall, and one
     /// for a query sent ahead: `RelayScratch::send_ahead`).
     pub(super) pending_rfq: u32,
+    /// ReadyForQuery messages received (and Syncs a COPY IN swallowed): with `pending_rfq`, the
+    /// number of requests sent, which numbers the request a tracked statement goes in
+    /// (`SessionTracker::observe_in`).
+    pub(super) answered: u64,
     /// What the requests still unanswered may have done to the transaction (transaction and
     /// statement mode): a command sent outside a transaction block may have committed; inside
     /// one, its text says (`session_state::transaction_ending_with`). Read only when the server
@@ -217,7 +221,10 @@ impl<'a> RelayCore<'a> {
         now: Instant,
     ) -> Self {
         let (tracker, may_pin) = match parts.tracking {
-            Some((t, p)) => (Some(t), p),
+            Some((t, p)) => {
+                t.relay_started();
+                (Some(t), p)
+            }
             None => (None, true),
         };
         let status = *server.status;
@@ -243,6 +250,7 @@ impl<'a> RelayCore<'a> {
             c: Scan::default(),
             s: Scan::default(),
             pending_rfq: u32::from(parts.scratch.lead_skip),
+            answered: 0,
             outstanding: TxEnding::default(),
             batch: Batch::Synced,
             copy: CopyState::START,
@@ -257,6 +265,12 @@ impl<'a> RelayCore<'a> {
             scratch: parts.scratch,
             cancel_after_lead: None,
         }
+    }
+
+    /// The number of the request the client message being scanned goes in (0 = the relay's first,
+    /// a query sent ahead included).
+    pub(super) fn request_number(&self) -> u64 {
+        self.answered + u64::from(self.pending_rfq)
     }
 
     /// See `Relay::link_cancel_after_lead`.
@@ -446,6 +460,7 @@ impl<'a> RelayCore<'a> {
         let now = self.now();
         *self.server.status = status;
         self.pending_rfq = self.pending_rfq.saturating_sub(1);
+        self.answered += 1;
         self.last_activity = now;
         if self.pending_rfq == 0 && !self.batch.open() {
             self.command = self.command.next(CommandEvent::Answered);

@@ -136,8 +136,7 @@ impl RelayCore<'_> {
         }
         if let Some(t) = self.tracker.as_deref_mut() {
             // The lost transaction's SETs did not commit (or cannot be known to have).
-            t.on_error();
-            t.on_ready(true);
+            t.on_lost();
         }
         // What the client sent that was counted is answered above; the rest of a message
         // half-way to the server is dropped as it arrives; unscanned bytes stay for later.

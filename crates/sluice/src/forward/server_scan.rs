@@ -125,8 +125,12 @@ impl RelayCore<'_> {
                     if rewriting {
                         self.pop_through_sync();
                     }
+                    let answered = self.answered + 1;
                     if let Some(t) = self.tracker.as_deref_mut() {
-                        t.on_ready(status == sluice_protocol::TransactionStatus::Idle);
+                        t.on_ready_through(
+                            status == sluice_protocol::TransactionStatus::Idle,
+                            answered,
+                        );
                     }
                     self.s.ready += total;
                     self.s.need = 0;
@@ -206,6 +210,7 @@ impl RelayCore<'_> {
                     *self.server.status =
                         decode_ready_for_query(body).map_err(|_| self.server_gone())?;
                     self.pending_rfq = self.pending_rfq.saturating_sub(1);
+                    self.answered += 1;
                     self.scratch.lead_skip = false;
                     if let Some(slot) = self.cancel_after_lead.take() {
                         slot.link(self.server.addr, self.server.backend_key);
@@ -349,6 +354,7 @@ impl RelayCore<'_> {
         let (copy, swallowed) = self.copy.next(CopyEvent::ServerStarted);
         self.copy = copy;
         self.pending_rfq = self.pending_rfq.saturating_sub(swallowed.syncs);
+        self.answered += u64::from(swallowed.syncs);
         if swallowed.reopens_batch {
             // Those Syncs never reached the batch: it stays open (an implicit transaction, the
             // COPY's CommandComplete still to come) until a Sync after the copy.

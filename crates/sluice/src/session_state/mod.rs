@@ -12,7 +12,8 @@ pub mod tracker;
 
 pub use classify::{
     classify, classify_full, classify_with, might_affect_session, might_affect_session_with,
-    references_params, transaction_ending_with, LexOptions, Statements, TxEnding,
+    might_matter_to_tracker_with, references_params, transaction_ending_with, LexOptions,
+    Statements, TxEnding,
 };
 pub use kind::{DiscardTarget, Ident, NameOrAll, SetName, Statement, StatementKind};
 

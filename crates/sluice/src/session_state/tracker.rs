@@ -36,7 +36,11 @@ pub enum Verdict {
 pub struct SessionTracker {
     /// Committed parameter changes, one per key, in order of change.
     tracked: Vec<(String, String)>,
-    pending: Vec<Change>,
+    /// Changes not yet committed, in the order seen, each with the index of the request it came
+    /// in (within the relay: `observe_in`); pipelined requests are answered in that order.
+    pending: Vec<(u64, Change)>,
+    /// The request index `observe_in` was given last.
+    block: u64,
     /// What keeps the client on its server, if anything.
     pinned: Option<Feature>,
     /// A statement that may have released the pin ran: check the server once idle.
@@ -65,9 +69,24 @@ impl SessionTracker {
     /// Look at SQL about to be forwarded (a simple Query, or a Parse's text). `may_pin` says whether
     /// the policy allows pinning. A refusal leaves the tracker unchanged.
     pub fn observe(&mut self, sql: &[u8], opts: LexOptions, may_pin: bool) -> Verdict {
+        self.observe_in(sql, opts, may_pin, 0)
+    }
+
+    /// `observe`, for SQL that goes in the relay's request number `block` (counted from 0 in each
+    /// relay, in the order the requests go out: the ReadyForQuery that ends request n is the
+    /// n+1-th): its changes commit or roll back with that request's transaction, not with one
+    /// pipelined ahead of it (`on_ready_through`).
+    pub fn observe_in(
+        &mut self,
+        sql: &[u8],
+        opts: LexOptions,
+        may_pin: bool,
+        block: u64,
+    ) -> Verdict {
         if !might_matter_to_tracker_with(sql, opts) {
             return Verdict::Forward;
         }
+        self.block = block;
         let stmts: Vec<_> = classify_with(sql, opts).collect();
         for s in &stmts {
             if let Action::Refuse(f) = policy::action(&s.kind, |_| may_pin) {
@@ -77,8 +96,7 @@ impl SessionTracker {
         for s in &stmts {
             match &s.kind {
                 StatementKind::Savepoint { name } => {
-                    self.pending
-                        .push(Change::Savepoint(name.normalized().into_owned()));
+                    self.push(Change::Savepoint(name.normalized().into_owned()));
                     continue;
                 }
                 StatementKind::RollbackToSavepoint { name } => {
@@ -91,10 +109,10 @@ impl SessionTracker {
                 StatementKind::ReleaseSavepoint { name } => {
                     // The savepoint and those after it go; their changes stay.
                     if let Some(at) = self.savepoint(&name.normalized()) {
-                        let changes: Vec<Change> = self
+                        let changes: Vec<(u64, Change)> = self
                             .pending
                             .drain(at..)
-                            .filter(|c| !matches!(c, Change::Savepoint(_)))
+                            .filter(|(_, c)| !matches!(c, Change::Savepoint(_)))
                             .collect();
                         self.pending.extend(changes);
                     }
@@ -106,16 +124,14 @@ impl SessionTracker {
                 Action::Track => {
                     self.touched = true;
                     match &s.kind {
-                        StatementKind::ResetAll => self.pending.push(Change::ResetAll),
+                        StatementKind::ResetAll => self.push(Change::ResetAll),
                         StatementKind::Reset { name } => {
                             if let Some(key) = key_of(name) {
-                                self.pending.push(Change::Reset { key });
+                                self.push(Change::Reset { key });
                             }
                         }
                         StatementKind::Set { name, .. } => match (key_of(name), s.replay_sql()) {
-                            (Some(key), Some(replay)) => {
-                                self.pending.push(Change::Set { key, replay })
-                            }
+                            (Some(key), Some(replay)) => self.push(Change::Set { key, replay }),
                             // Cannot be replayed from its text: keep the client on this server.
                             _ => self.pin(Feature::DynamicSet),
                         },
@@ -127,7 +143,7 @@ impl SessionTracker {
                     self.release_check = true;
                     if matches!(s.kind, StatementKind::Discard(DiscardTarget::All)) {
                         self.touched = true;
-                        self.pending.push(Change::DiscardAll);
+                        self.push(Change::DiscardAll);
                     }
                 }
                 Action::Forward | Action::Refuse(_) => {}
@@ -148,11 +164,30 @@ impl SessionTracker {
         }
     }
 
+    fn push(&mut self, change: Change) {
+        self.pending.push((self.block, change));
+    }
+
     /// Where the latest savepoint named `name` is in `pending`.
     fn savepoint(&self, name: &str) -> Option<usize> {
         self.pending
             .iter()
-            .rposition(|c| matches!(c, Change::Savepoint(n) if n == name))
+            .rposition(|(_, c)| matches!(c, Change::Savepoint(n) if n == name))
+    }
+
+    /// A relay begins (its request numbers start again from 0): nothing can be pending, as the
+    /// last relay ended with its transaction, or was lost (`on_lost`).
+    pub fn relay_started(&mut self) {
+        debug_assert!(self.pending.is_empty(), "changes left from another relay");
+        self.pending.clear();
+        self.block = 0;
+    }
+
+    /// The server was lost: whatever was pending did not commit (or cannot be known to have).
+    pub fn on_lost(&mut self) {
+        self.pending.clear();
+        self.failed = false;
+        self.rolled_back = false;
     }
 
     /// The server reported an error: the current transaction's changes will not commit, unless
@@ -173,21 +208,41 @@ impl SessionTracker {
         }
     }
 
-    /// ReadyForQuery: when the transaction is over, commit or drop the pending changes.
+    /// ReadyForQuery: when the transaction is over, commit or drop the pending changes (all of
+    /// them: `on_ready_through` for a relay's pipelined requests).
     pub fn on_ready(&mut self, idle: bool) {
+        self.on_ready_through(idle, u64::MAX);
+    }
+
+    /// ReadyForQuery ending the relay's first `answered` requests: when the transaction is over,
+    /// commit or drop the changes those requests made. Changes of requests pipelined behind
+    /// them wait for their own transaction's end.
+    pub fn on_ready_through(&mut self, idle: bool, answered: u64) {
         if !idle {
             return;
         }
         let commit = !self.failed && !self.rolled_back;
         self.failed = false;
         self.rolled_back = false;
-        if commit && !self.pending.is_empty() {
+        let ended = self
+            .pending
+            .iter()
+            .position(|(block, _)| *block >= answered)
+            .unwrap_or(self.pending.len());
+        if ended == 0 {
+            return;
+        }
+        let changes: Vec<(u64, Change)> = self.pending.drain(..ended).collect();
+        if !commit {
+            return;
+        }
+        if changes
+            .iter()
+            .any(|(_, c)| !matches!(c, Change::Savepoint(_)))
+        {
             self.version = self.version.wrapping_add(1);
         }
-        for c in std::mem::take(&mut self.pending) {
-            if !commit {
-                continue;
-            }
+        for (_, c) in changes {
             match c {
                 Change::Set { key, replay } => {
                     self.tracked.retain(|(k, _)| *k != key);
@@ -481,6 +536,33 @@ mod tests {
         t.on_command_complete(b"ROLLBACK");
         t.on_ready(true);
         assert_eq!(keys(&t), ["a"]);
+    }
+
+    #[test]
+    fn pipelined_requests_commit_with_their_own_transaction() {
+        let opts = LexOptions::default();
+        let mut t = SessionTracker::default();
+        // Request 0 fails, request 1 sets: seen together, answered one after the other.
+        t.observe_in(b"SELECT 1/0", opts, true, 0);
+        t.observe_in(b"SET a = 1", opts, true, 1);
+        t.on_error();
+        t.on_ready_through(true, 1);
+        assert!(keys(&t).is_empty(), "not yet: request 1 is still running");
+        t.on_ready_through(true, 2);
+        assert_eq!(keys(&t), ["a"], "request 1's own transaction committed");
+        // Request 0 sets, request 1's SET fails: only the first is kept.
+        t.observe_in(b"SET b = 2", opts, true, 0);
+        t.observe_in(b"SET c = 'bad'", opts, true, 1);
+        t.on_ready_through(true, 1);
+        assert_eq!(keys(&t), ["a", "b"]);
+        t.on_error();
+        t.on_ready_through(true, 2);
+        assert_eq!(keys(&t), ["a", "b"]);
+        // A lost server drops whatever was pending.
+        t.observe_in(b"SET d = 4", opts, true, 0);
+        t.on_lost();
+        t.on_ready_through(true, 1);
+        assert_eq!(keys(&t), ["a", "b"]);
     }
 
     #[test]
