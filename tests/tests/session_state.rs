@@ -18,6 +18,10 @@ fn start(extra: &str) -> Sluice {
     Sluice::builder(&ini).userlist(USERLIST).start()
 }
 
+/// The backend, work_mem and app.tenant, space-separated: where a client runs and with what.
+const BACKEND_AND_SETTINGS: &str = "SELECT pg_backend_pid() || ' ' || \
+    current_setting('work_mem') || ' ' || current_setting('app.tenant')";
+
 async fn value(c: &tokio_postgres::Client, sql: &str) -> String {
     for m in c
         .simple_query(sql)
@@ -91,12 +95,7 @@ async fn a_server_with_an_older_set_of_the_same_client_gets_the_newer_one() {
     let (frees, keeps) = if on_b == first { (&b, &c) } else { (&c, &b) };
     assert!(on_b == first || on_c == first);
     frees.batch_execute("COMMIT").await.unwrap();
-    let row = value(
-        &a,
-        "SELECT pg_backend_pid() || ' ' || current_setting('work_mem') || ' ' || \
-         current_setting('app.tenant')",
-    )
-    .await;
+    let row = value(&a, BACKEND_AND_SETTINGS).await;
     keeps.batch_execute("COMMIT").await.unwrap();
     assert_eq!(
         row,
@@ -126,12 +125,7 @@ async fn alternating_servers_each_get_the_clients_newest_values() {
         .unwrap();
         // Two reads: one on each server.
         for _ in 0..2 {
-            let row = value(
-                &a,
-                "SELECT pg_backend_pid() || ' ' || current_setting('work_mem') || ' ' || \
-                 current_setting('app.tenant')",
-            )
-            .await;
+            let row = value(&a, BACKEND_AND_SETTINGS).await;
             let mut parts = row.split(' ');
             pids.insert(parts.next().unwrap().to_string());
             assert_eq!(

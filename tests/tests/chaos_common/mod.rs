@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 use sluice_e2e::{Console, PgCluster, RawConn, Sluice};
 use tokio_postgres::NoTls;
 
+mod clients;
+mod connect;
+mod descriptors;
 mod events;
 mod load;
 mod slow;
@@ -35,8 +38,10 @@ mod tls;
 #[path = "../tls_support/mod.rs"]
 mod tls_support;
 
+use clients::{churn, steady};
+use connect::USERS;
+use descriptors::{panic_lines, Descriptors};
 use events::chaos;
-use load::{churn, steady, USERS};
 
 /// Longer than any wait the configuration allows (query_wait_timeout, a PostgreSQL restart): an
 /// operation still pending after this is a hang.
@@ -340,81 +345,6 @@ struct Ctx {
     ops: AtomicU64,
 }
 
-/// A process's descriptors: its TCP sockets as (local port, remote port, state) from
-/// /proc/net/tcp, and the links of the others.
-struct Descriptors {
-    tcp: Vec<(u16, u16, String)>,
-    other: Vec<String>,
-}
-
-impl Descriptors {
-    fn of(pid: u32) -> Descriptors {
-        let mut by_inode = std::collections::HashMap::new();
-        for table in ["tcp", "tcp6"] {
-            let text =
-                std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
-            for line in text.lines().skip(1) {
-                let f: Vec<&str> = line.split_whitespace().collect();
-                if f.len() < 10 {
-                    continue;
-                }
-                let port = |a: &str| {
-                    a.rsplit(':')
-                        .next()
-                        .and_then(|p| u16::from_str_radix(p, 16).ok())
-                        .unwrap_or(0)
-                };
-                let state = match f[3] {
-                    "01" => "ESTABLISHED",
-                    "02" => "SYN_SENT",
-                    "06" => "TIME_WAIT",
-                    "07" => "CLOSE",
-                    "08" => "CLOSE_WAIT",
-                    "0A" => "LISTEN",
-                    other => other,
-                };
-                by_inode.insert(
-                    f[9].to_string(),
-                    (port(f[1]), port(f[2]), state.to_string()),
-                );
-            }
-        }
-        let mut d = Descriptors {
-            tcp: Vec::new(),
-            other: Vec::new(),
-        };
-        for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let link = std::fs::read_link(entry.path())
-                .map(|l| l.display().to_string())
-                .unwrap_or_default();
-            let inode = link
-                .strip_prefix("socket:[")
-                .and_then(|l| l.strip_suffix(']'));
-            match inode.and_then(|i| by_inode.get(i)) {
-                Some(t) => d.tcp.push(t.clone()),
-                None => d.other.push(link),
-            }
-        }
-        d
-    }
-}
-
-/// The log lines from each panic on (its message and backtrace), up to 30 each.
-fn panic_lines(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| l.contains("panicked"))
-        .flat_map(|(i, _)| lines[i..lines.len().min(i + 30)].iter().copied())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Run the soak; panics with the findings.
 pub async fn soak(mode: Mode) {
     let secs: u64 = std::env::var("SLUICE_CHAOS_SECS")
@@ -627,7 +557,7 @@ pub async fn soak(mode: Mode) {
     {
         let deadline = Instant::now() + Duration::from_secs(5);
         let answer = loop {
-            let answer = match load::open(&ctx, user, db, via).await {
+            let answer = match connect::open(&ctx, user, db, via).await {
                 Ok((c, _task)) => c
                     .query_one("SELECT 41 + 1", &[])
                     .await
