@@ -23,7 +23,32 @@ fuzz_target!(|data: &[u8]| {
     }
     assert_eq!(any, might_affect_session_with(sql, opts));
     let mut t = SessionTracker::default();
-    let _ = t.observe(sql, opts, flags & 2 == 0);
+    let _ = t.observe_in(sql, opts, flags & 2 == 0, 0);
+    let _ = t.observe_in(sql, opts, flags & 2 == 0, 1);
+    // Replies in any order and of any kind (the input's first bytes pick them): the tracker
+    // must not panic, and an idle ReadyForQuery ending every request leaves nothing pending.
+    const TAGS: [&[u8]; 8] = [
+        b"SAVEPOINT",
+        b"RELEASE",
+        b"ROLLBACK",
+        b"COMMIT",
+        b"PREPARE TRANSACTION",
+        b"SET",
+        b"ERROR",
+        b"READY",
+    ];
+    let mut answered = 0;
+    for &b in sql.iter().take(32) {
+        match TAGS[usize::from(b & 7)] {
+            b"ERROR" => t.on_error(),
+            b"READY" => {
+                answered += 1;
+                t.on_ready_through(b & 8 == 0, answered);
+            }
+            tag => t.on_command_complete_in(tag, u64::from(b >> 7)),
+        }
+    }
     t.on_ready(true);
+    assert!(!t.has_pending());
     let _ = t.replay_sql();
 });

@@ -35,6 +35,23 @@ async fn value(c: &tokio_postgres::Client, sql: &str) -> String {
     panic!("no row for {sql}");
 }
 
+/// work_mem, app.tenant ('-' when unset) and statement_timeout, space-separated.
+const THREE_SETTINGS: &str = "SELECT current_setting('work_mem') || ' ' || \
+    coalesce(nullif(current_setting('app.tenant', true), ''), '-') || ' ' || \
+    current_setting('statement_timeout')";
+
+/// B runs a transaction on the only server first (so the server is reset and A gets its replay),
+/// then A reads its settings: they must be `expected`.
+async fn a_replayed(
+    a: &tokio_postgres::Client,
+    b: &tokio_postgres::Client,
+    expected: &str,
+    why: &str,
+) {
+    assert_eq!(value(b, "SHOW work_mem").await, "4MB", "B's own");
+    assert_eq!(value(a, THREE_SETTINGS).await, expected, "{why}");
+}
+
 #[tokio::test]
 async fn set_follows_its_client_and_never_leaks() {
     let s = start("default_pool_size = 1");
@@ -170,9 +187,6 @@ async fn sets_follow_savepoints_as_on_a_direct_connection() {
     let s = start("default_pool_size = 1");
     let a = s.connect("trust_user", "", "app").await.unwrap();
     let b = s.connect("trust_user", "", "app").await.unwrap();
-    let read = "SELECT current_setting('work_mem') || ' ' || \
-                coalesce(nullif(current_setting('app.tenant', true), ''), '-') || ' ' || \
-                current_setting('statement_timeout')";
     // B's transactions in between reset the server: what A sees is its replay.
     a.batch_execute(
         "BEGIN; SET work_mem = '5MB'; SAVEPOINT s1; SET app.tenant = 'gone'; \
@@ -180,12 +194,7 @@ async fn sets_follow_savepoints_as_on_a_direct_connection() {
     )
     .await
     .unwrap();
-    assert_eq!(value(&b, "SHOW work_mem").await, "4MB");
-    assert_eq!(
-        value(&a, read).await,
-        "5MB - 0",
-        "the SET before the savepoint stays"
-    );
+    a_replayed(&a, &b, "5MB - 0", "the SET before the savepoint stays").await;
     a.batch_execute(
         "BEGIN; SAVEPOINT s1; SET statement_timeout = '7s'; SAVEPOINT s2; \
          SET app.tenant = 'kept'; RELEASE SAVEPOINT s2; SAVEPOINT s3; \
@@ -193,12 +202,7 @@ async fn sets_follow_savepoints_as_on_a_direct_connection() {
     )
     .await
     .unwrap();
-    assert_eq!(value(&b, "SHOW work_mem").await, "4MB");
-    assert_eq!(
-        value(&a, read).await,
-        "5MB kept 7s",
-        "released kept, rolled back gone"
-    );
+    a_replayed(&a, &b, "5MB kept 7s", "released kept, rolled back gone").await;
     // An error rescued by ROLLBACK TO: the transaction commits what it kept.
     a.batch_execute("BEGIN; SET work_mem = '6MB'; SAVEPOINT s; SET app.tenant = 'lost'")
         .await
@@ -207,12 +211,7 @@ async fn sets_follow_savepoints_as_on_a_direct_connection() {
     a.batch_execute("ROLLBACK TO SAVEPOINT s; COMMIT")
         .await
         .unwrap();
-    assert_eq!(value(&b, "SHOW work_mem").await, "4MB");
-    assert_eq!(
-        value(&a, read).await,
-        "6MB kept 7s",
-        "a rescued transaction committed"
-    );
+    a_replayed(&a, &b, "6MB kept 7s", "a rescued transaction committed").await;
 }
 
 /// Pipelined requests (each with its own Sync, as tokio-postgres, pgx batches and psycopg's
@@ -271,6 +270,43 @@ async fn a_set_in_a_failed_or_rolled_back_transaction_is_not_kept() {
         "committed SET is kept"
     );
     assert_eq!(value(&b, "SHOW statement_timeout").await, "0");
+}
+
+/// A SET commits with the transaction it ran in, as PostgreSQL commits it: a query string may
+/// hold several transactions (a COMMIT in the middle, then an error or a ROLLBACK), and COMMIT
+/// AND CHAIN commits without leaving the transaction block.
+#[tokio::test]
+async fn sets_commit_with_the_transaction_they_ran_in() {
+    let s = start("default_pool_size = 1");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    // B's transactions in between reset the server: what A sees is its replay.
+    a.batch_execute("BEGIN; SET work_mem = '5MB'; COMMIT; BEGIN; SET work_mem = '6MB'; ROLLBACK")
+        .await
+        .unwrap();
+    a_replayed(&a, &b, "5MB - 0", "the first transaction committed").await;
+    // An explicit COMMIT ends the implicit transaction; the error after it starts another.
+    assert!(a
+        .batch_execute("SET app.tenant = 'kept'; COMMIT; SET work_mem = '6MB'; SELECT 1/0")
+        .await
+        .is_err());
+    a_replayed(&a, &b, "5MB kept 0", "committed before the error").await;
+    // COMMIT AND CHAIN commits; the chained transaction's ROLLBACK drops only its own SETs.
+    a.batch_execute(
+        "BEGIN; SET statement_timeout = '7s'; COMMIT AND CHAIN; SET work_mem = '9MB'; ROLLBACK",
+    )
+    .await
+    .unwrap();
+    a_replayed(&a, &b, "5MB kept 7s", "committed by the chain").await;
+    // The same in separate requests, the COMMIT AND CHAIN a prepared statement.
+    a.batch_execute("BEGIN; SET work_mem = '3MB'")
+        .await
+        .unwrap();
+    a.execute("COMMIT AND CHAIN", &[]).await.unwrap();
+    a.batch_execute("SET app.tenant = 'gone'; ROLLBACK")
+        .await
+        .unwrap();
+    a_replayed(&a, &b, "3MB kept 7s", "a prepared COMMIT AND CHAIN").await;
 }
 
 #[tokio::test]

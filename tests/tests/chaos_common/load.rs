@@ -603,10 +603,12 @@ pub(super) async fn operate(
                 // one, which Sluice tracks): what this connection set last time is still their
                 // value, whatever servers its transactions met since (restarted, recycled, in
                 // any pool mode), and a change holds at once: a SET, a RESET ALL (back to
-                // unset), a SET whose later change a savepoint rolled back, a SET pipelined behind
-                // a failing request, or none for a SET LOCAL or a SET rolled back.
+                // unset), a SET whose later change a savepoint rolled back, a SET committed by a
+                // COMMIT AND CHAIN or a COMMIT before a second transaction that rolls back, a SET
+                // pipelined behind a failing request, or none for a SET LOCAL or a SET rolled
+                // back.
                 let name = format!("chaos_{}", rng.below(1_000_000));
-                let change = match rng.below(6) {
+                let change = match rng.below(8) {
                     0 => "RESET ALL".to_string(),
                     1 => format!(
                         "BEGIN; SET LOCAL application_name = '{name}'; \
@@ -620,6 +622,15 @@ pub(super) async fn operate(
                     3 => format!(
                         "BEGIN; SET application_name = '{name}'; SET app.chaos = '{name}'; \
                          SAVEPOINT s; SET app.chaos = 'undone'; ROLLBACK TO s; COMMIT"
+                    ),
+                    // Committed, then a second transaction in the same string rolls back.
+                    4 => format!(
+                        "BEGIN; SET application_name = '{name}'; SET app.chaos = '{name}'; \
+                         COMMIT AND CHAIN; SET app.chaos = 'undone'; ROLLBACK"
+                    ),
+                    5 => format!(
+                        "SET application_name = '{name}'; SET app.chaos = '{name}'; COMMIT; \
+                         BEGIN; SET app.chaos = 'undone'; ROLLBACK"
                     ),
                     _ => format!("SET application_name = '{name}'; SET app.chaos = '{name}'"),
                 };
@@ -659,8 +670,10 @@ pub(super) async fn operate(
                         ))
                     }
                     Ok((was, now)) => {
-                        let expected = if change.starts_with("SET") || change.contains("SAVEPOINT")
-                        {
+                        let committed = change.starts_with("SET")
+                            || change.contains("SAVEPOINT")
+                            || change.contains("COMMIT AND CHAIN");
+                        let expected = if committed {
                             Some(name.as_str())
                         } else if change == "RESET ALL" {
                             Some("")

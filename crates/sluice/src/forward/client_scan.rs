@@ -457,12 +457,17 @@ impl RelayCore<'_> {
             let bad = BadName::Missing(String::from_utf8_lossy(name_bytes).into_owned());
             return Ok(self.refuse_in_batch(total, avail, bad).into());
         };
-        if stmt.affects_session {
+        let ends = stmt.ends_transaction.ends;
+        if stmt.affects_session || ends {
             let opts = self.lex_options();
             let request = self.request_number();
             if let Some(t) = self.tracker.as_deref_mut() {
-                // Refusing mid-batch is not possible here: session state from a named statement pins.
-                t.observe_in(stmt.query().as_bytes(), opts, true, request);
+                // A COMMIT or ROLLBACK matters only to changes pending (it settles them).
+                if stmt.affects_session || t.has_pending() {
+                    // Refusing mid-batch is not possible here: session state from a named
+                    // statement pins.
+                    t.observe_in(stmt.query().as_bytes(), opts, true, request);
+                }
             }
         }
         if *self.server.status != TransactionStatus::Idle {

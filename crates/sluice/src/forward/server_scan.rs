@@ -155,7 +155,9 @@ impl RelayCore<'_> {
                             t.on_error();
                         } else {
                             let body = &self.server.rbuf[start + 5..start + total];
-                            t.on_command_complete(body.strip_suffix(b"\0").unwrap_or(body));
+                            let tag = body.strip_suffix(b"\0").unwrap_or(body);
+                            // Replies come in order: this answers the first unanswered request.
+                            t.on_command_complete_in(tag, self.answered);
                         }
                     }
                     if rewriting {

@@ -2,7 +2,9 @@
 //! with their transaction, replayed on the next server), and what pins it to its server.
 //! Pure: the relay feeds it the SQL it forwards and the server's verdicts.
 
-use super::classify::{classify_with, might_matter_to_tracker_with, LexOptions};
+use super::classify::{
+    classify_full, might_matter_to_tracker_with, transaction_ending_with, LexOptions,
+};
 use super::kind::{DiscardTarget, SetName, StatementKind};
 use super::policy::{self, Action, Feature};
 
@@ -19,8 +21,40 @@ enum Change {
     ResetAll,
     /// DISCARD ALL: parameters, role and session authorization back to the defaults.
     DiscardAll,
-    /// SAVEPOINT (its normalized name): a ROLLBACK TO it drops the changes after it.
+    /// A SAVEPOINT that ran (its normalized name): a ROLLBACK TO it drops the changes after it.
     Savepoint(String),
+    /// A statement that acts on the changes before it once its CommandComplete says it ran.
+    Awaiting(Control),
+}
+
+/// Transaction control whose effect on pending changes waits for its CommandComplete. Tags come
+/// in statement order, and PostgreSQL skips the rest of a request after an error, so a control
+/// statement that gets no tag before its request's ReadyForQuery never ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Control {
+    Savepoint(String),
+    Release(String),
+    RollbackTo(String),
+    /// COMMIT, END, COMMIT AND CHAIN: commits the changes before it (tag COMMIT), or drops them
+    /// (tag ROLLBACK: the transaction had failed).
+    Commit,
+    /// ROLLBACK, ABORT, ROLLBACK AND CHAIN.
+    Rollback,
+    /// PREPARE TRANSACTION keeps the session's parameters as a COMMIT does.
+    Prepare,
+}
+
+impl Control {
+    /// The CommandComplete tags this statement answers with.
+    fn answers(&self, tag: &[u8]) -> bool {
+        match self {
+            Control::Savepoint(_) => tag == b"SAVEPOINT",
+            Control::Release(_) => tag == b"RELEASE",
+            Control::RollbackTo(_) | Control::Rollback => tag == b"ROLLBACK",
+            Control::Commit => tag == b"COMMIT" || tag == b"ROLLBACK",
+            Control::Prepare => tag == b"PREPARE TRANSACTION" || tag == b"ROLLBACK",
+        }
+    }
 }
 
 /// What the client did that the relay must act on.
@@ -83,42 +117,40 @@ impl SessionTracker {
         may_pin: bool,
         block: u64,
     ) -> Verdict {
-        if !might_matter_to_tracker_with(sql, opts) {
+        // With changes pending, a COMMIT or ROLLBACK settles them where it runs (it may not end
+        // the request: COMMIT AND CHAIN, several transactions in one query string).
+        if !might_matter_to_tracker_with(sql, opts)
+            && (self.pending.is_empty() || !transaction_ending_with(sql, opts).ends)
+        {
             return Verdict::Forward;
         }
         self.block = block;
-        let stmts: Vec<_> = classify_with(sql, opts).collect();
+        // Every statement named (the shortcut calls a lone COMMIT plain).
+        let stmts: Vec<_> = classify_full(sql, opts).collect();
         for s in &stmts {
             if let Action::Refuse(f) = policy::action(&s.kind, |_| may_pin) {
                 return Verdict::Refuse(f);
             }
         }
         for s in &stmts {
-            match &s.kind {
+            let control = match &s.kind {
                 StatementKind::Savepoint { name } => {
-                    self.push(Change::Savepoint(name.normalized().into_owned()));
-                    continue;
+                    Some(Control::Savepoint(name.normalized().into_owned()))
                 }
                 StatementKind::RollbackToSavepoint { name } => {
-                    // Back to the savepoint, which stays (unknown: PostgreSQL refuses it).
-                    if let Some(at) = self.savepoint(&name.normalized()) {
-                        self.pending.truncate(at + 1);
-                    }
-                    continue;
+                    Some(Control::RollbackTo(name.normalized().into_owned()))
                 }
                 StatementKind::ReleaseSavepoint { name } => {
-                    // The savepoint and those after it go; their changes stay.
-                    if let Some(at) = self.savepoint(&name.normalized()) {
-                        let changes: Vec<(u64, Change)> = self
-                            .pending
-                            .drain(at..)
-                            .filter(|(_, c)| !matches!(c, Change::Savepoint(_)))
-                            .collect();
-                        self.pending.extend(changes);
-                    }
-                    continue;
+                    Some(Control::Release(name.normalized().into_owned()))
                 }
-                _ => {}
+                StatementKind::Commit { .. } => Some(Control::Commit),
+                StatementKind::Rollback { .. } => Some(Control::Rollback),
+                StatementKind::PrepareTransaction => Some(Control::Prepare),
+                _ => None,
+            };
+            if let Some(control) = control {
+                self.push(Change::Awaiting(control));
+                continue;
             }
             match policy::action(&s.kind, |_| true) {
                 Action::Track => {
@@ -168,11 +200,16 @@ impl SessionTracker {
         self.pending.push((self.block, change));
     }
 
-    /// Where the latest savepoint named `name` is in `pending`.
-    fn savepoint(&self, name: &str) -> Option<usize> {
-        self.pending
+    /// Where the latest savepoint named `name` that ran is in `pending[..before]`.
+    fn savepoint(&self, name: &str, before: usize) -> Option<usize> {
+        self.pending[..before]
             .iter()
             .rposition(|(_, c)| matches!(c, Change::Savepoint(n) if n == name))
+    }
+
+    /// Changes are waiting for their transaction's end (or a control statement for its tag).
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// A relay begins (its request numbers start again from 0). Nothing is pending when the last
@@ -196,16 +233,83 @@ impl SessionTracker {
         self.failed = true;
     }
 
-    /// CommandComplete tag (without the NUL). The last transaction-ending tag decides: ROLLBACK
-    /// (also ROLLBACK TO SAVEPOINT's, and a COMMIT's of a failed transaction) drops the
-    /// transaction's changes, a COMMIT after it (the transaction went on) keeps them.
+    /// CommandComplete tag (without the NUL) of a relay's first request (`on_command_complete_in`).
     pub fn on_command_complete(&mut self, tag: &[u8]) {
+        self.on_command_complete_in(tag, 0);
+    }
+
+    /// CommandComplete tag (without the NUL) answering the relay's request number `request`.
+    ///
+    /// The first control statement still awaiting its tag, when it is in this request and the
+    /// tag is its own, acts now: a SAVEPOINT counts from here, RELEASE drops savepoints, ROLLBACK
+    /// TO drops the changes after its savepoint, COMMIT (tag COMMIT) keeps the changes before it
+    /// and ROLLBACK (or a failed transaction's COMMIT) drops them.
+    ///
+    /// A tag that no observed statement awaits (a prepared statement's, seen at its Parse) falls
+    /// back to the transaction's end: the last transaction-ending tag before an idle
+    /// ReadyForQuery decides whether the changes still pending commit.
+    pub fn on_command_complete_in(&mut self, tag: &[u8], request: u64) {
+        if !self.pending.is_empty() && self.control_answered(tag, request) {
+            return;
+        }
         if tag == b"ROLLBACK" {
             self.rolled_back = true;
         } else if tag == b"COMMIT" || tag == b"PREPARE TRANSACTION" {
             self.rolled_back = false;
             self.failed = false;
         }
+    }
+
+    /// `on_command_complete_in` for an awaited control statement: false when `tag` is not its.
+    fn control_answered(&mut self, tag: &[u8], request: u64) -> bool {
+        let Some(at) = self
+            .pending
+            .iter()
+            .position(|(_, c)| matches!(c, Change::Awaiting(_)))
+        else {
+            return false;
+        };
+        let (block, Change::Awaiting(control)) = &self.pending[at] else {
+            return false;
+        };
+        if *block != request || !control.answers(tag) {
+            return false;
+        }
+        let control = control.clone();
+        match control {
+            Control::Savepoint(name) => self.pending[at].1 = Change::Savepoint(name),
+            Control::Release(name) => {
+                self.pending.remove(at);
+                // The savepoint and those after it go; their changes stay.
+                if let Some(from) = self.savepoint(&name, at) {
+                    let (mut i, mut end) = (from, at);
+                    while i < end {
+                        if matches!(self.pending[i].1, Change::Savepoint(_)) {
+                            self.pending.remove(i);
+                            end -= 1;
+                        } else {
+                            i += 1;
+                        }
+                    }
+                }
+            }
+            Control::RollbackTo(name) => {
+                self.pending.remove(at);
+                // Back to the savepoint, which stays; the transaction works again.
+                if let Some(mark) = self.savepoint(&name, at) {
+                    self.pending.drain(mark + 1..at);
+                }
+                self.failed = false;
+            }
+            Control::Commit | Control::Prepare | Control::Rollback => {
+                let commit = tag != b"ROLLBACK";
+                let changes: Vec<(u64, Change)> = self.pending.drain(..=at).collect();
+                self.settle(changes, commit);
+                self.failed = false;
+                self.rolled_back = false;
+            }
+        }
+        true
     }
 
     /// ReadyForQuery: when the transaction is over, commit or drop the pending changes (all of
@@ -218,6 +322,9 @@ impl SessionTracker {
     /// commit or drop the changes those requests made. Changes of requests pipelined behind
     /// them wait for their own transaction's end.
     pub fn on_ready_through(&mut self, idle: bool, answered: u64) {
+        // Control statements of the requests answered that got no tag never ran.
+        self.pending
+            .retain(|(block, c)| *block >= answered || !matches!(c, Change::Awaiting(_)));
         if !idle {
             return;
         }
@@ -233,12 +340,17 @@ impl SessionTracker {
             return;
         }
         let changes: Vec<(u64, Change)> = self.pending.drain(..ended).collect();
+        self.settle(changes, commit);
+    }
+
+    /// The end of the transaction that made `changes`: a commit makes them the client's.
+    fn settle(&mut self, changes: Vec<(u64, Change)>, commit: bool) {
         if !commit {
             return;
         }
         if changes
             .iter()
-            .any(|(_, c)| !matches!(c, Change::Savepoint(_)))
+            .any(|(_, c)| !matches!(c, Change::Savepoint(_) | Change::Awaiting(_)))
         {
             self.version = self.version.wrapping_add(1);
         }
@@ -253,7 +365,7 @@ impl SessionTracker {
                     .tracked
                     .retain(|(k, _)| k == "role" || k == "session_authorization"),
                 Change::DiscardAll => self.tracked.clear(),
-                Change::Savepoint(_) => {}
+                Change::Savepoint(_) | Change::Awaiting(_) => {}
             }
         }
     }
@@ -359,233 +471,3 @@ pub const CLEANUP_SQL: &[&str] = &[
 
 /// Puts back a server another client changed parameters on.
 pub const RESET_SQL: &str = "SET SESSION AUTHORIZATION DEFAULT; RESET ALL";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn observe(t: &mut SessionTracker, sql: &str) -> Verdict {
-        t.observe(sql.as_bytes(), LexOptions::default(), true)
-    }
-
-    #[test]
-    fn startup_values_replay_until_the_client_sets_its_own() {
-        let mut t =
-            SessionTracker::with_startup_values(vec![("search_path".into(), r"it's a\b".into())]);
-        assert_eq!(
-            t.replay_sql().as_deref(),
-            Some(r"SELECT pg_catalog.set_config('search_path', E'it''s a\\b', false);")
-        );
-        observe(&mut t, "SET search_path TO app");
-        t.on_ready(true);
-        assert_eq!(t.replay_sql().as_deref(), Some("SET search_path TO app;"));
-    }
-
-    #[test]
-    fn sets_commit_with_their_transaction() {
-        let mut t = SessionTracker::default();
-        observe(&mut t, "SET search_path TO app, public");
-        t.on_ready(true);
-        assert_eq!(
-            t.replay_sql().as_deref(),
-            Some("SET search_path TO app, public;")
-        );
-        observe(&mut t, "SET work_mem = '8MB'; SELECT 1/0");
-        t.on_error();
-        t.on_ready(true);
-        assert_eq!(
-            t.replay_sql().as_deref(),
-            Some("SET search_path TO app, public;"),
-            "failed implicit transaction"
-        );
-        observe(&mut t, "BEGIN");
-        observe(&mut t, "SET work_mem = '8MB'");
-        t.on_ready(false);
-        t.on_command_complete(b"ROLLBACK");
-        t.on_ready(true);
-        assert!(!t.replay_sql().unwrap().contains("work_mem"), "rolled back");
-        observe(&mut t, "SET search_path = x");
-        t.on_ready(true);
-        assert_eq!(
-            t.replay_sql().as_deref(),
-            Some("SET search_path = x;"),
-            "one entry per key"
-        );
-    }
-
-    #[test]
-    fn reset_and_discard_drop_entries() {
-        let mut t = SessionTracker::default();
-        observe(&mut t, "SET a.b = 1; SET ROLE r; SET c.d = 2");
-        t.on_ready(true);
-        observe(&mut t, "RESET a.b");
-        t.on_ready(true);
-        assert_eq!(t.replay_sql().as_deref(), Some("SET ROLE r;SET c.d = 2;"));
-        observe(&mut t, "RESET ALL");
-        t.on_ready(true);
-        assert_eq!(
-            t.replay_sql().as_deref(),
-            Some("SET ROLE r;"),
-            "RESET ALL keeps the role"
-        );
-        observe(&mut t, "DISCARD ALL");
-        t.on_ready(true);
-        assert_eq!(t.replay_sql(), None);
-        assert!(t.take_touched());
-    }
-
-    #[test]
-    fn local_sets_are_not_tracked() {
-        let mut t = SessionTracker::default();
-        observe(&mut t, "SET LOCAL work_mem = '1MB'");
-        t.on_ready(true);
-        assert_eq!(t.replay_sql(), None);
-        assert!(!t.take_touched());
-    }
-
-    #[test]
-    fn pins_and_release_checks() {
-        let mut t = SessionTracker::default();
-        assert_eq!(
-            observe(&mut t, "SELECT pg_advisory_lock(1)"),
-            Verdict::Forward
-        );
-        assert_eq!(t.pinned(), Some(Feature::AdvisoryLock));
-        assert!(
-            t.take_release_check(),
-            "checked once the lock call ran (it may have failed)"
-        );
-        assert!(!t.take_release_check());
-        observe(&mut t, "SELECT pg_advisory_unlock(1)");
-        assert!(t.take_release_check());
-        assert!(!t.take_release_check(), "taken once");
-        t.unpin();
-        assert_eq!(t.pinned(), None);
-        observe(&mut t, "CREATE TEMP TABLE t (a int)");
-        assert!(t.take_release_check());
-        observe(&mut t, "DROP TABLE t");
-        assert!(
-            t.take_release_check(),
-            "a DROP may remove the last temp object"
-        );
-        t.unpin();
-        observe(&mut t, "LOAD 'auto_explain'");
-        t.unpin();
-        assert_eq!(t.pinned(), Some(Feature::LoadModule), "LOAD stays");
-    }
-
-    #[test]
-    fn each_committed_change_is_a_new_version() {
-        let mut t = SessionTracker::default();
-        let v0 = t.version();
-        observe(&mut t, "SELECT 1");
-        t.on_ready(true);
-        assert_eq!(t.version(), v0, "nothing changed");
-        observe(&mut t, "SET work_mem = '5MB'");
-        t.on_ready(true);
-        let v1 = t.version();
-        assert_ne!(v1, v0);
-        observe(&mut t, "SET work_mem = '6MB'");
-        t.on_error();
-        t.on_ready(true);
-        assert_eq!(t.version(), v1, "a failed transaction's SET never happened");
-        observe(&mut t, "SET work_mem = '6MB'");
-        t.on_ready(true);
-        assert_ne!(t.version(), v1, "the same key again: another version");
-    }
-
-    fn keys(t: &SessionTracker) -> Vec<&str> {
-        t.tracked_sets().iter().map(|(k, _)| k.as_str()).collect()
-    }
-
-    #[test]
-    fn savepoints_keep_and_drop_what_postgresql_does() {
-        let mut t = SessionTracker::default();
-        observe(&mut t, "BEGIN; SET a = 1; SAVEPOINT s1; SET b = 2");
-        observe(
-            &mut t,
-            "SAVEPOINT \"S2\"; SET c = 3; ROLLBACK TO \"S2\"; SET d = 4",
-        );
-        observe(
-            &mut t,
-            "RELEASE s1; SAVEPOINT s3; SET e = 5; ROLLBACK TO SAVEPOINT s3",
-        );
-        // The savepoint stays after a rollback to it; an unknown one changes nothing.
-        observe(&mut t, "SET f = 6; ROLLBACK TO s3; ROLLBACK TO nosuch");
-        t.on_command_complete(b"ROLLBACK"); // ROLLBACK TO's tag
-        t.on_command_complete(b"COMMIT");
-        t.on_ready(true);
-        assert_eq!(keys(&t), ["a", "b", "d"]);
-    }
-
-    #[test]
-    fn a_transaction_rescued_by_rollback_to_commits() {
-        let mut t = SessionTracker::default();
-        observe(&mut t, "BEGIN; SET a = 1; SAVEPOINT s; SET b = 2");
-        t.on_error();
-        t.on_ready(false);
-        observe(&mut t, "ROLLBACK TO s; COMMIT");
-        t.on_command_complete(b"ROLLBACK");
-        t.on_command_complete(b"COMMIT");
-        t.on_ready(true);
-        assert_eq!(keys(&t), ["a"]);
-        // Not rescued: COMMIT of a failed transaction answers ROLLBACK.
-        observe(&mut t, "BEGIN; SET c = 3");
-        t.on_error();
-        observe(&mut t, "COMMIT");
-        t.on_command_complete(b"ROLLBACK");
-        t.on_ready(true);
-        assert_eq!(keys(&t), ["a"]);
-    }
-
-    #[test]
-    fn pipelined_requests_commit_with_their_own_transaction() {
-        let opts = LexOptions::default();
-        let mut t = SessionTracker::default();
-        // Request 0 fails, request 1 sets: seen together, answered one after the other.
-        t.observe_in(b"SELECT 1/0", opts, true, 0);
-        t.observe_in(b"SET a = 1", opts, true, 1);
-        t.on_error();
-        t.on_ready_through(true, 1);
-        assert!(keys(&t).is_empty(), "not yet: request 1 is still running");
-        t.on_ready_through(true, 2);
-        assert_eq!(keys(&t), ["a"], "request 1's own transaction committed");
-        // Request 0 sets, request 1's SET fails: only the first is kept.
-        t.observe_in(b"SET b = 2", opts, true, 0);
-        t.observe_in(b"SET c = 'bad'", opts, true, 1);
-        t.on_ready_through(true, 1);
-        assert_eq!(keys(&t), ["a", "b"]);
-        t.on_error();
-        t.on_ready_through(true, 2);
-        assert_eq!(keys(&t), ["a", "b"]);
-        // A lost server drops whatever was pending.
-        t.observe_in(b"SET d = 4", opts, true, 0);
-        t.on_lost();
-        t.on_ready_through(true, 1);
-        assert_eq!(keys(&t), ["a", "b"]);
-    }
-
-    #[test]
-    fn refusal_changes_nothing() {
-        let mut t = SessionTracker::default();
-        let v = t.observe(b"SET x.y = 1; LISTEN jobs", LexOptions::default(), false);
-        assert_eq!(v, Verdict::Refuse(Feature::Listen));
-        t.on_ready(true);
-        assert_eq!(t.replay_sql(), None);
-        assert_eq!(t.pinned(), None);
-    }
-
-    #[test]
-    fn dynamic_set_config_pins() {
-        let mut t = SessionTracker::default();
-        observe(&mut t, "SELECT set_config('app.tenant', $1, false)");
-        assert_eq!(t.pinned(), Some(Feature::DynamicSet));
-        observe(&mut t, "LISTEN x; UNLISTEN x");
-        assert!(
-            !t.take_release_check(),
-            "the check query cannot see a dynamic SET"
-        );
-        t.unpin();
-        assert_eq!(t.pinned(), Some(Feature::DynamicSet));
-    }
-}

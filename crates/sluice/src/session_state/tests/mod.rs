@@ -4,6 +4,7 @@ mod kinds;
 mod lexer;
 mod policy;
 mod text;
+mod tracker;
 
 use std::borrow::Cow;
 
