@@ -7,7 +7,7 @@ use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use sluice_fuzz::messages;
 use sluice_protocol::{
-    decode_bind, decode_describe_or_close, decode_parse, decode_password, decode_query,
+    decode_bind, decode_bind_params, decode_describe_or_close, decode_parse, decode_password, decode_query,
     decode_sasl_initial, encode_close, encode_describe, encode_parse, encode_password,
     encode_query, encode_sasl_initial, frontend_tag as tag,
 };
@@ -32,6 +32,16 @@ fuzz_target!(|data: &[u8]| {
                 if let Ok(b) = decode_bind(body) {
                     assert!(b.rest_offset <= body.len());
                     assert_eq!(b.rest_offset, b.portal.len() + b.statement.len() + 2);
+                }
+                if let Ok(p) = decode_bind_params(body) {
+                    // Every value lies inside the body; a NULL is not a value.
+                    let sum: usize = p.values.iter().flatten().map(|v| v.len()).sum();
+                    assert!(sum <= body.len());
+                    let names = decode_bind(body).expect("the names of a whole Bind");
+                    assert_eq!((names.portal, names.statement), (p.portal, p.statement));
+                    for i in 0..p.values.len() {
+                        let _ = p.is_binary(i);
+                    }
                 }
             }
             tag::DESCRIBE | tag::CLOSE => {

@@ -4,7 +4,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use sluice_fuzz::session_state::tracker::SessionTracker;
-use sluice_fuzz::session_state::{classify_with, might_affect_session_with, LexOptions};
+use sluice_fuzz::session_state::{
+    bound_set_configs, classify_with, might_affect_session_with, LexOptions,
+};
+use sluice_protocol::decode_bind_params;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&flags, sql)) = data.split_first() else {
@@ -51,4 +54,16 @@ fuzz_target!(|data: &[u8]| {
     t.on_ready(true);
     assert!(!t.has_pending());
     let _ = t.replay_sql();
+    // Bound set_config calls: the text read as a template, the input read as a Bind of it.
+    if let Some(calls) = bound_set_configs(sql, opts) {
+        if let Ok(bind) = decode_bind_params(sql) {
+            let _ = calls.resolve(&bind, &[0, 16, 25]);
+        }
+    }
+    if let Ok(bind) = decode_bind_params(sql) {
+        t.observe_unnamed(b"SELECT set_config($1, $2, $3)", opts, true, 0, Some(b"\0"));
+        t.bind_unnamed(Some(&bind), 0);
+        t.on_ready(true);
+        let _ = t.replay_sql();
+    }
 });

@@ -309,6 +309,78 @@ async fn sets_commit_with_the_transaction_they_ran_in() {
     a_replayed(&a, &b, "3MB kept 7s", "a prepared COMMIT AND CHAIN").await;
 }
 
+/// Messages up to and including ReadyForQuery.
+async fn until_ready(c: &mut RawConn) -> Vec<(u8, Vec<u8>)> {
+    let mut got = Vec::new();
+    loop {
+        let m = c
+            .read_message(Duration::from_secs(5))
+            .await
+            .expect("a reply");
+        let done = m.0 == b'Z';
+        got.push(m);
+        if done {
+            return got;
+        }
+    }
+}
+
+/// `set_config()` with bind parameters, as drivers send a request's row-level-security tenant:
+/// tracked from the Bind's values and replayed on the client's next server like a SET, without
+/// pinning the client (which held the only server, so B waited and timed out). Named statements
+/// with binary values (tokio-postgres) and the unnamed statement with text values.
+#[tokio::test]
+async fn bound_set_config_follows_its_client_without_pinning() {
+    let port = sluice_e2e::free_port();
+    let s = start(&format!(
+        "default_pool_size = 1\n\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{port}"
+    ));
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    let tenant = "SELECT set_config('app.tenant', $1, false)";
+    a.query_one(tenant, &[&"it's one"]).await.unwrap();
+    assert!(wait_unpinned(port).await, "A is not pinned");
+    a_replayed(&a, &b, "4MB it's one 0", "replayed from the Bind").await;
+    // Rolled back with its transaction; the last committed value holds.
+    a.batch_execute("BEGIN").await.unwrap();
+    a.query_one(tenant, &[&"dropped"]).await.unwrap();
+    a.batch_execute("ROLLBACK").await.unwrap();
+    let settings = "SELECT set_config($1, $2, $3), set_config('statement_timeout', $4, false)";
+    a.query_one(settings, &[&"work_mem", &"6MB", &false, &"3s"])
+        .await
+        .unwrap();
+    a_replayed(&a, &b, "6MB it's one 3s", "several calls, a bool bound").await;
+
+    // The unnamed statement, text values (node-postgres, psycopg's unprepared queries).
+    let mut c = RawConn::connect(s.port).await;
+    c.send(&RawConn::startup_packet(&[
+        ("user", "trust_user"),
+        ("database", "app"),
+    ]))
+    .await;
+    until_ready(&mut c).await;
+    let mut batch = RawConn::message(b'P', format!("\0{tenant}\0\0\0").as_bytes());
+    batch.extend(RawConn::message(b'B', b"\0\0\0\0\0\x01\0\0\0\x03two\0\0"));
+    batch.extend(RawConn::message(b'E', b"\0\0\0\0\0"));
+    batch.extend(RawConn::message(b'S', b""));
+    c.send(&batch).await;
+    let replies = until_ready(&mut c).await;
+    assert!(
+        !replies.iter().any(|(t, _)| *t == b'E'),
+        "no error: {replies:?}"
+    );
+    assert!(wait_unpinned(port).await, "C is not pinned");
+    assert_eq!(value(&b, "SHOW work_mem").await, "4MB", "B in between");
+    c.send(&RawConn::message(
+        b'Q',
+        b"SELECT current_setting('app.tenant')\0",
+    ))
+    .await;
+    let replies = until_ready(&mut c).await;
+    let row = replies.iter().find(|(t, _)| *t == b'D').expect("a row");
+    assert!(row.1.ends_with(b"two"), "C's tenant replayed: {row:?}");
+}
+
 #[tokio::test]
 async fn advisory_lock_pins_until_unlocked() {
     let s = start("default_pool_size = 2");
@@ -420,21 +492,9 @@ async fn listen_keeps_receiving_notifications_between_transactions() {
         ("database", "app"),
     ]))
     .await;
-    while a
-        .read_message(Duration::from_secs(5))
-        .await
-        .expect("login")
-        .0
-        != b'Z'
-    {}
+    until_ready(&mut a).await;
     a.send(&RawConn::message(b'Q', b"LISTEN jobs\0")).await;
-    while a
-        .read_message(Duration::from_secs(5))
-        .await
-        .expect("listen")
-        .0
-        != b'Z'
-    {}
+    until_ready(&mut a).await;
     // Another client (through a second pool slot? no: pool_size=1 and A is pinned) notifies directly.
     PgCluster::get().psql("app", "NOTIFY jobs, 'hello'");
     let (tag, body) = a
@@ -505,6 +565,38 @@ async fn max_pinned_clients_limits_pins_and_metrics_count_them() {
         wait_unpinned(port).await,
         "no client pinned after UNLISTEN *"
     );
+}
+
+/// A pin the check query cannot see (a set_config the Bind alone cannot replay, LOAD) lasts as
+/// long as its client, and counts: in the gauge, and against max_pinned_clients.
+#[tokio::test]
+async fn a_pin_for_the_clients_lifetime_is_counted() {
+    let port = sluice_e2e::free_port();
+    let s = start(&format!(
+        "default_pool_size = 2\n\n[sluice]\nmax_pinned_clients = 1\nmetrics_listen_addr = 127.0.0.1:{port}"
+    ));
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    a.query_one("SELECT set_config('app.tenant', lower($1), false)", &[&"T"])
+        .await
+        .unwrap();
+    let mut counted = false;
+    for _ in 0..40 {
+        counted = sluice_e2e::metrics(port)
+            .await
+            .contains("sluice_pool_pinned_clients{database=\"app\",user=\"trust_user\"} 1");
+        if counted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(counted, "A's pin is counted");
+    let err = b
+        .batch_execute("LISTEN over_limit")
+        .await
+        .expect_err("a second pin is past max_pinned_clients");
+    assert_eq!(err.as_db_error().unwrap().code().code(), "0A000");
+    assert_eq!(value(&a, "SELECT current_setting('app.tenant')").await, "t");
 }
 
 async fn wait_unpinned(port: u16) -> bool {

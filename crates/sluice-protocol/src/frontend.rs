@@ -151,6 +151,72 @@ pub fn decode_bind(body: &[u8]) -> Result<BindView<'_>, ProtocolError> {
     })
 }
 
+/// A Bind's parameters: each value (None = NULL) with its format code (0 text, 1 binary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindParams<'a> {
+    pub portal: &'a str,
+    pub statement: &'a str,
+    formats: Vec<i16>,
+    pub values: Vec<Option<&'a [u8]>>,
+}
+
+impl BindParams<'_> {
+    /// Whether parameter `i` is sent in binary: no format codes means all text, one applies to
+    /// every parameter, otherwise one per parameter.
+    pub fn is_binary(&self, i: usize) -> bool {
+        match self.formats.as_slice() {
+            [] => false,
+            [one] => *one == 1,
+            many => many.get(i) == Some(&1),
+        }
+    }
+}
+
+/// The whole Bind body: names, parameter format codes and values (result format codes are read
+/// and checked, not kept). Counts are bounded by the bytes present before anything is allocated.
+pub fn decode_bind_params(body: &[u8]) -> Result<BindParams<'_>, ProtocolError> {
+    let mut r = Reader::new(body, "bind");
+    let portal = r.cstr()?;
+    let statement = r.cstr()?;
+    let count = |r: &mut Reader<'_>, each: usize| -> Result<usize, ProtocolError> {
+        let n = usize::try_from(r.i16()?).map_err(|_| r.err())?;
+        if n.saturating_mul(each) > r.remaining() {
+            return Err(r.err());
+        }
+        Ok(n)
+    };
+    let n = count(&mut r, 2)?;
+    let mut formats = Vec::with_capacity(n);
+    for _ in 0..n {
+        let f = r.i16()?;
+        if f != 0 && f != 1 {
+            return Err(r.err());
+        }
+        formats.push(f);
+    }
+    let n = count(&mut r, 4)?;
+    if formats.len() > 1 && formats.len() != n {
+        return Err(r.err());
+    }
+    let mut values = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = r.i32()?;
+        values.push(match len {
+            -1 => None,
+            len => Some(r.bytes(usize::try_from(len).map_err(|_| r.err())?)?),
+        });
+    }
+    let results = count(&mut r, 2)?;
+    r.bytes(results * 2)?;
+    r.finish()?;
+    Ok(BindParams {
+        portal,
+        statement,
+        formats,
+        values,
+    })
+}
+
 /// Describe / Close: kind `b'S'` (statement) or `b'P'` (portal) and the name.
 pub fn decode_describe_or_close(body: &[u8]) -> Result<(u8, &str), ProtocolError> {
     let mut r = Reader::new(body, "describe/close");
@@ -449,6 +515,26 @@ mod tests {
             let _ = decode_password(&b);
             let _ = decode_sasl_initial(&b);
         }
+    }
+
+    #[test]
+    fn bind_params_are_read_with_their_formats() {
+        let mut out = BytesMut::new();
+        encode_bind_text("p", "s1", &[Some(&b"tenant"[..]), None], &mut out);
+        let (tag, body) = split(&out);
+        assert_eq!(tag, frontend_tag::BIND);
+        let b = decode_bind_params(body).unwrap();
+        assert_eq!((b.portal, b.statement), ("p", "s1"));
+        assert_eq!(b.values, vec![Some(&b"tenant"[..]), None]);
+        assert!(!b.is_binary(0) && !b.is_binary(1));
+        // One format code for all: binary; a count past the bytes present is refused.
+        let mut body = b"\0\0\0\x01\0\x01\0\x01\0\0\0\x01\x01\0\0".to_vec();
+        let b = decode_bind_params(&body).unwrap();
+        assert!(b.is_binary(0));
+        assert_eq!(b.values, vec![Some(&[1u8][..])]);
+        body[5] = 0x7f;
+        assert!(decode_bind_params(&body).is_err());
+        assert!(decode_bind_params(b"\0\0\0\0\0\x01\xff\xff\xff\xfe").is_err());
     }
 }
 

@@ -35,11 +35,11 @@ pub use backend::{
 };
 pub use error::ProtocolError;
 pub use frontend::{
-    decode_bind, decode_describe_or_close, decode_parse, decode_password, decode_query,
-    decode_sasl_initial, encode_bind_text, encode_close, encode_describe, encode_execute,
-    encode_flush, encode_parse, encode_password, encode_query, encode_sasl_initial,
-    encode_sasl_response, encode_sync, encode_terminate, frontend_tag, BindView, ParseView,
-    SaslInitial,
+    decode_bind, decode_bind_params, decode_describe_or_close, decode_parse, decode_password,
+    decode_query, decode_sasl_initial, encode_bind_text, encode_close, encode_describe,
+    encode_execute, encode_flush, encode_parse, encode_password, encode_query, encode_sasl_initial,
+    encode_sasl_response, encode_sync, encode_terminate, frontend_tag, BindParams, BindView,
+    ParseView, SaslInitial,
 };
 pub use header::{peek_header, Header, HEADER_LEN};
 pub use startup::{

@@ -31,6 +31,9 @@ pub struct Statement {
     /// How running it ends a transaction block (what a client is told if its server is lost
     /// while it runs: `forward/lost.rs`).
     pub ends_transaction: crate::session_state::TxEnding,
+    /// The text is nothing but `set_config()` calls with bind parameters: the tracker reads
+    /// what they set from each Bind (`session_state::bound_set_configs`).
+    pub bound_sets: Option<crate::session_state::BoundSets>,
     /// Read routing's classification of the text (`route::classify`), made the first time a
     /// routing client binds it (clients of pools that route nothing never pay for it), then
     /// shared by every client and every Bind of this statement.
@@ -84,20 +87,20 @@ impl StatementRegistry {
         let mut msg =
             BytesMut::with_capacity(query.len() + server_name.len() + 16 + 4 * param_types.len());
         encode_parse(&server_name, query, param_types, &mut msg);
+        let opts = crate::session_state::LexOptions::default();
+        let affects_session =
+            crate::session_state::might_matter_to_tracker_with(query.as_bytes(), opts);
         let stmt = Arc::new(Statement {
             id,
             server_name,
             query: query.into(),
             param_types: param_types.into(),
             parse_message: msg.freeze(),
-            affects_session: crate::session_state::might_matter_to_tracker_with(
-                query.as_bytes(),
-                crate::session_state::LexOptions::default(),
-            ),
-            ends_transaction: crate::session_state::transaction_ending_with(
-                query,
-                crate::session_state::LexOptions::default(),
-            ),
+            affects_session,
+            ends_transaction: crate::session_state::transaction_ending_with(query, opts),
+            bound_sets: affects_session
+                .then(|| crate::session_state::bound_set_configs(query.as_bytes(), opts))
+                .flatten(),
             read_class: OnceLock::new(),
         });
         if map.len() >= 1024 && map.len().is_power_of_two() {

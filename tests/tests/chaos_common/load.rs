@@ -5,6 +5,10 @@ use super::*;
 
 /// How long after its cancel operation a client's queries may still meet that cancel: PostgreSQL
 /// signals the backend twice, and under load the second signal can come late.
+/// Both tracked parameters set from one bind parameter.
+const BOUND_SET: &str =
+    "SELECT set_config('application_name', $1, false), set_config('app.chaos', $1, false)";
+
 const OWN_CANCEL_WINDOW: Duration = Duration::from_secs(2);
 
 /// One operation on `client`; false = the connection is gone (the caller makes a new one).
@@ -604,11 +608,12 @@ pub(super) async fn operate(
                 // value, whatever servers its transactions met since (restarted, recycled, in
                 // any pool mode), and a change holds at once: a SET, a RESET ALL (back to
                 // unset), a SET whose later change a savepoint rolled back, a SET committed by a
-                // COMMIT AND CHAIN or a COMMIT before a second transaction that rolls back, a SET
-                // pipelined behind a failing request, or none for a SET LOCAL or a SET rolled
+                // COMMIT AND CHAIN or a COMMIT before a second transaction that rolls back, a
+                // set_config whose value is a bind parameter, a SET pipelined behind a failing
+                // request, or none for a SET LOCAL or a SET rolled
                 // back.
                 let name = format!("chaos_{}", rng.below(1_000_000));
-                let change = match rng.below(8) {
+                let change = match rng.below(9) {
                     0 => "RESET ALL".to_string(),
                     1 => format!(
                         "BEGIN; SET LOCAL application_name = '{name}'; \
@@ -632,6 +637,8 @@ pub(super) async fn operate(
                         "SET application_name = '{name}'; SET app.chaos = '{name}'; COMMIT; \
                          BEGIN; SET app.chaos = 'undone'; ROLLBACK"
                     ),
+                    // set_config with the value a bind parameter (tracked from the Bind).
+                    6 => BOUND_SET.to_string(),
                     _ => format!("SET application_name = '{name}'; SET app.chaos = '{name}'"),
                 };
                 let rng_pipelined = change.starts_with("SET") && rng.below(3) == 0;
@@ -652,6 +659,8 @@ pub(super) async fn operate(
                                 .finding("session state: SELECT 1/0 succeeded".into());
                         }
                         set?;
+                    } else if change == BOUND_SET {
+                        client.query_one(BOUND_SET, &[&name]).await?;
                     } else {
                         client.batch_execute(&change).await?;
                     }
@@ -672,7 +681,8 @@ pub(super) async fn operate(
                     Ok((was, now)) => {
                         let committed = change.starts_with("SET")
                             || change.contains("SAVEPOINT")
-                            || change.contains("COMMIT AND CHAIN");
+                            || change.contains("COMMIT AND CHAIN")
+                            || change == BOUND_SET;
                         let expected = if committed {
                             Some(name.as_str())
                         } else if change == "RESET ALL" {

@@ -4,8 +4,8 @@
 use bytes::{Buf, BufMut};
 use sluice_config::PoolMode;
 use sluice_protocol::{
-    decode_describe_or_close, decode_parse, encode_close, encode_describe, encode_error,
-    encode_ready_for_query, frontend_tag, peek_header, Severity, TransactionStatus,
+    decode_bind_params, decode_describe_or_close, decode_parse, encode_close, encode_describe,
+    encode_error, encode_ready_for_query, frontend_tag, peek_header, Severity, TransactionStatus,
 };
 
 use super::core::{client_violation, RelayCore};
@@ -21,7 +21,11 @@ use crate::session_state::LexOptions;
 use crate::stats::PoolStats;
 use std::sync::Arc;
 
+/// A Bind of bound set_config calls is read whole up to this size; a larger one pins the client.
+const BOUND_BIND_MAX: usize = 64 * 1024;
+
 /// What happened to one client message.
+#[derive(PartialEq, Eq)]
 enum Step {
     /// Forward it unchanged.
     PassThrough,
@@ -131,6 +135,13 @@ impl RelayCore<'_> {
                     Step::PassThrough => {}
                 }
             }
+            if tag == frontend_tag::BIND
+                && !self.c_observed
+                && self.tracker.as_ref().is_some_and(|t| t.binds_unnamed())
+                && self.observe_unnamed_bind(total, avail) == Step::Wait
+            {
+                return Ok(());
+            }
             let rewrite = self.prepared.is_some()
                 && matches!(
                     tag,
@@ -158,6 +169,32 @@ impl RelayCore<'_> {
             self.c.need = 0;
             self.c_observed = false;
         }
+    }
+
+    /// A Bind while the unnamed statement is bound set_config calls: the tracker reads the
+    /// values of a Bind to it (`SessionTracker::bind_unnamed`). Waits for the whole message,
+    /// unless it is larger than anything such a call needs (the client is then pinned).
+    fn observe_unnamed_bind(&mut self, total: usize, avail: usize) -> Step {
+        let start = self.c.ready;
+        if avail < total && total <= BOUND_BIND_MAX {
+            self.c.need = start + total;
+            return Step::Wait;
+        }
+        let request = self.request_number();
+        let bind = (avail >= total)
+            .then(|| decode_bind_params(&self.client.rbuf[start + 5..start + total]).ok())
+            .flatten();
+        if let Some(t) = self.tracker.as_deref_mut() {
+            match &bind {
+                Some(b) if !b.statement.is_empty() => {} // a named statement: read at `rewrite_bind`
+                Some(b) => t.bind_unnamed(Some(b), request),
+                // Too large to read, or malformed (the server refuses that one).
+                None if avail < total => t.bind_unnamed(None, request),
+                None => {}
+            }
+        }
+        self.c_observed = true;
+        Step::PassThrough
     }
 
     /// Show a Query's or Parse's SQL to the session tracker; a refused Query is answered here
@@ -195,7 +232,13 @@ impl RelayCore<'_> {
         let Some(tracker) = self.tracker.as_deref_mut() else {
             return Ok(Step::PassThrough);
         };
-        let verdict = tracker.observe_in(sql, opts, may_pin, request);
+        let verdict = if tag == frontend_tag::QUERY || body.first() == Some(&0) {
+            // A Query or an unnamed Parse replaces the unnamed statement.
+            let parse = (tag == frontend_tag::PARSE).then_some(body);
+            tracker.observe_unnamed(sql, opts, may_pin, request, parse)
+        } else {
+            tracker.observe_in(sql, opts, may_pin, request)
+        };
         self.c_observed = true;
         if *self.server.status != TransactionStatus::Idle && verdict == Verdict::Forward {
             // Inside a transaction block: whether this text ends it (read if the server is lost).
@@ -459,14 +502,32 @@ impl RelayCore<'_> {
         };
         let ends = stmt.ends_transaction.ends;
         if stmt.affects_session || ends {
+            if stmt.bound_sets.is_some() && avail < total && total <= BOUND_BIND_MAX {
+                // Its values say what it sets: the whole message first.
+                self.c.need = start + total;
+                return Ok(Step::Wait);
+            }
             let opts = self.lex_options();
             let request = self.request_number();
+            let bind = match &stmt.bound_sets {
+                Some(_) if avail >= total => {
+                    decode_bind_params(&self.client.rbuf[start + 5..start + total]).ok()
+                }
+                _ => None,
+            };
             if let Some(t) = self.tracker.as_deref_mut() {
                 // A COMMIT or ROLLBACK matters only to changes pending (it settles them).
                 if stmt.affects_session || t.has_pending() {
                     // Refusing mid-batch is not possible here: session state from a named
                     // statement pins.
-                    t.observe_in(stmt.query().as_bytes(), opts, true, request);
+                    t.observe_bind(
+                        stmt.query().as_bytes(),
+                        stmt.bound_sets.as_ref(),
+                        bind.as_ref(),
+                        stmt.param_types(),
+                        opts,
+                        request,
+                    );
                 }
             }
         }

@@ -3,6 +3,7 @@
 //!
 //! Pure and IO-free; see docs/session-state.md for what the pooler does with each kind.
 
+mod bound;
 mod classify;
 mod kind;
 pub mod lexer;
@@ -10,6 +11,7 @@ pub mod policy;
 mod scan;
 pub mod tracker;
 
+pub use bound::{bound_set_configs, set_config_replay, BoundChange, BoundSets};
 pub use classify::{
     classify, classify_full, classify_with, might_affect_session, might_affect_session_with,
     might_matter_to_tracker_with, references_params, transaction_ending_with, LexOptions,

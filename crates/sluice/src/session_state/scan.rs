@@ -212,6 +212,11 @@ fn boolean(t: Token<'_>) -> Option<bool> {
         TokenKind::Number => String::from_utf8_lossy(t.text),
         _ => return None,
     };
+    bool_text(&text)
+}
+
+/// Text as the server reads `bool` input (`t`, `yes`, `on`, `1`, their prefixes...).
+pub(crate) fn bool_text(text: &str) -> Option<bool> {
     match text.trim().to_ascii_lowercase().as_str() {
         "true" | "t" | "tr" | "tru" | "yes" | "y" | "ye" | "on" | "1" => Some(true),
         "false" | "f" | "fa" | "fal" | "fals" | "no" | "n" | "off" | "of" | "0" => Some(false),

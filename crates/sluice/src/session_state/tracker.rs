@@ -2,6 +2,9 @@
 //! with their transaction, replayed on the next server), and what pins it to its server.
 //! Pure: the relay feeds it the SQL it forwards and the server's verdicts.
 
+use sluice_protocol::{decode_parse, BindParams};
+
+use super::bound::{bound_set_configs, set_config_replay, BoundChange, BoundSets};
 use super::classify::{
     classify_full, might_matter_to_tracker_with, transaction_ending_with, LexOptions,
 };
@@ -87,6 +90,9 @@ pub struct SessionTracker {
     version: u64,
     failed: bool,
     rolled_back: bool,
+    /// The unnamed statement, when its Parse was nothing but bound set_config calls: read at each
+    /// Bind to it (`bind_unnamed`), with the Parse's parameter types.
+    unnamed: Option<Box<(BoundSets, Vec<u32>)>>,
 }
 
 fn key_of(name: &SetName<'_>) -> Option<String> {
@@ -117,13 +123,106 @@ impl SessionTracker {
         may_pin: bool,
         block: u64,
     ) -> Verdict {
-        // With changes pending, a COMMIT or ROLLBACK settles them where it runs (it may not end
-        // the request: COMMIT AND CHAIN, several transactions in one query string).
-        if !might_matter_to_tracker_with(sql, opts)
-            && (self.pending.is_empty() || !transaction_ending_with(sql, opts).ends)
-        {
+        if !self.matters(sql, opts) {
             return Verdict::Forward;
         }
+        self.observe_read(sql, opts, may_pin, block)
+    }
+
+    /// Whether `sql` can change what the tracker holds.
+    fn matters(&self, sql: &[u8], opts: LexOptions) -> bool {
+        // With changes pending, a COMMIT or ROLLBACK settles them where it runs (it may not end
+        // the request: COMMIT AND CHAIN, several transactions in one query string).
+        might_matter_to_tracker_with(sql, opts)
+            || (!self.pending.is_empty() && transaction_ending_with(sql, opts).ends)
+    }
+
+    /// `observe_in` for a simple Query (`parse` None) or a Parse of the unnamed statement (its
+    /// body), which either replaces. A Parse of nothing but `set_config()` calls with bind
+    /// parameters waits for its Binds (`bind_unnamed`), which carry the values, instead of
+    /// pinning the client.
+    pub fn observe_unnamed(
+        &mut self,
+        sql: &[u8],
+        opts: LexOptions,
+        may_pin: bool,
+        block: u64,
+        parse: Option<&[u8]>,
+    ) -> Verdict {
+        self.unnamed = None;
+        if !self.matters(sql, opts) {
+            return Verdict::Forward;
+        }
+        if let Some(body) = parse {
+            if let Some(calls) = bound_set_configs(sql, opts) {
+                let types = decode_parse(body).map_or_else(|_| Vec::new(), |p| p.param_types);
+                self.unnamed = Some(Box::new((calls, types)));
+                return Verdict::Forward;
+            }
+        }
+        self.observe_read(sql, opts, may_pin, block)
+    }
+
+    /// The unnamed statement's Parse was bound set_config calls: its Binds are to be read.
+    pub fn binds_unnamed(&self) -> bool {
+        self.unnamed.is_some()
+    }
+
+    /// A Bind of the unnamed statement (None: one too large to read), in request `block`.
+    pub fn bind_unnamed(&mut self, bind: Option<&BindParams<'_>>, block: u64) {
+        if let Some(unnamed) = self.unnamed.take() {
+            self.bound(&unnamed.0, bind, &unnamed.1, block);
+            self.unnamed = Some(unnamed);
+        }
+    }
+
+    /// A Bind of a named statement whose text may matter (`sql`): bound set_config calls
+    /// (`calls`, read once per statement) take their values from `bind` (None: too large to
+    /// read); any other text is observed as at a Parse.
+    pub fn observe_bind(
+        &mut self,
+        sql: &[u8],
+        calls: Option<&BoundSets>,
+        bind: Option<&BindParams<'_>>,
+        types: &[u32],
+        opts: LexOptions,
+        block: u64,
+    ) -> Verdict {
+        match calls {
+            Some(calls) => {
+                self.bound(calls, bind, types, block);
+                Verdict::Forward
+            }
+            None => self.observe_in(sql, opts, true, block),
+        }
+    }
+
+    /// Bound set_config calls run with these values: tracked like SETs, or the client pinned
+    /// when the values cannot be read.
+    fn bound(
+        &mut self,
+        calls: &BoundSets,
+        bind: Option<&BindParams<'_>>,
+        types: &[u32],
+        block: u64,
+    ) {
+        self.block = block;
+        match bind.and_then(|b| calls.resolve(b, types)) {
+            Some(changes) => {
+                for c in changes {
+                    self.touched = true;
+                    self.push(match c {
+                        BoundChange::Set { key, replay } => Change::Set { key, replay },
+                        BoundChange::Reset { key } => Change::Reset { key },
+                    });
+                }
+            }
+            None => self.pin(Feature::DynamicSet),
+        }
+    }
+
+    /// `observe_in` past the shortcut: classify and act.
+    fn observe_read(&mut self, sql: &[u8], opts: LexOptions, may_pin: bool, block: u64) -> Verdict {
         self.block = block;
         // Every statement named (the shortcut calls a lone COMMIT plain).
         let stmts: Vec<_> = classify_full(sql, opts).collect();
@@ -188,11 +287,13 @@ impl SessionTracker {
         // LOAD and unreplayable parameters cannot be seen by the check query: they stay pinned
         // until the client leaves. Other state is checked once the statement has run (a
         // pg_try_advisory_lock that failed, a LISTEN already undone...).
+        // A sticky pin is looked at once too, when it begins: the session counts pinned clients
+        // (max_pinned_clients, the gauge) when the relay stops for a look.
+        if !sticky(f) || self.pinned.is_none() {
+            self.release_check = true;
+        }
         if !self.pinned.is_some_and(sticky) {
             self.pinned = Some(f);
-        }
-        if !sticky(f) {
-            self.release_check = true;
         }
     }
 
@@ -385,12 +486,7 @@ impl SessionTracker {
         let tracked = values
             .into_iter()
             .map(|(name, value)| {
-                // E'' reads the same whatever standard_conforming_strings the server has.
-                let replay = format!(
-                    "SELECT pg_catalog.set_config('{}', E'{}', false)",
-                    name.replace('\'', "''"),
-                    value.replace('\\', "\\\\").replace('\'', "''")
-                );
+                let replay = set_config_replay(&name, &value);
                 (name, replay)
             })
             .collect();
@@ -418,9 +514,16 @@ impl SessionTracker {
         self.pinned
     }
 
-    /// Take the "check whether the pin is gone" request.
+    /// Take the "look at the pin" request: it began, or may have been released. The session
+    /// then counts it, and asks the server whether it is gone when it can (`pin_checkable`).
     pub fn take_release_check(&mut self) -> bool {
-        std::mem::take(&mut self.release_check) && self.pinned.is_some_and(|f| !sticky(f))
+        std::mem::take(&mut self.release_check) && self.pinned.is_some()
+    }
+
+    /// Whether the check query can see the pin go (LOAD and unreplayable parameters last as long
+    /// as the client).
+    pub fn pin_checkable(&self) -> bool {
+        self.pinned.is_some_and(|f| !sticky(f))
     }
 
     pub fn unpin(&mut self) {

@@ -340,6 +340,11 @@ async fn serve_request(
         // clock reading is then too old for the release.) Boxed, as `finish` below: a rare step
         // whose future would otherwise size every client's session state.
         s.relay_scratch.take_last_clock();
+        if !s.tracker.pin_checkable() {
+            // A pin the check query cannot see (LOAD, an unreplayable SET): counted above.
+            relay_from = Instant::now();
+            continue;
+        }
         match Box::pin(pin_check(client, s, &mut server, max_packet)).await {
             Some(end) => break end,
             None => relay_from = Instant::now(),

@@ -1,5 +1,6 @@
 //! Unit tests of the session-state lexer, classifier and policy; helpers shared by the files.
 
+mod bound;
 mod kinds;
 mod lexer;
 mod policy;

@@ -303,11 +303,81 @@ fn dynamic_set_config_pins() {
     let mut t = SessionTracker::default();
     observe(&mut t, "SELECT set_config('app.tenant', $1, false)");
     assert_eq!(t.pinned(), Some(Feature::DynamicSet));
+    assert!(t.take_release_check(), "a new pin is looked at (counted)");
     observe(&mut t, "LISTEN x; UNLISTEN x");
     assert!(
-        !t.take_release_check(),
+        !t.pin_checkable(),
         "the check query cannot see a dynamic SET"
     );
     t.unpin();
+    assert_eq!(t.pinned(), Some(Feature::DynamicSet));
+}
+
+/// A Bind body (`decode_bind_params`) of the unnamed statement with text values.
+fn bind_body(values: &[Option<&str>]) -> Vec<u8> {
+    let mut out = bytes::BytesMut::new();
+    let values: Vec<Option<&[u8]>> = values.iter().map(|v| v.map(str::as_bytes)).collect();
+    sluice_protocol::encode_bind_text("", "", &values, &mut out);
+    out[5..].to_vec()
+}
+
+fn parse_body(sql: &str) -> Vec<u8> {
+    let mut out = bytes::BytesMut::new();
+    sluice_protocol::encode_parse("", sql, &[], &mut out);
+    out[5..].to_vec()
+}
+
+#[test]
+fn bound_set_config_is_tracked_from_the_binds_values() {
+    let opts = LexOptions::default();
+    let mut t = SessionTracker::default();
+    let sql = "SELECT set_config('App.Tenant', $1, false)";
+    let parse = parse_body(sql);
+    t.observe_unnamed(sql.as_bytes(), opts, true, 0, Some(&parse));
+    assert!(
+        t.binds_unnamed() && t.pinned().is_none(),
+        "waits for its Binds"
+    );
+    let body = bind_body(&[Some("it's \\ t1")]);
+    let bind = sluice_protocol::decode_bind_params(&body).unwrap();
+    t.bind_unnamed(Some(&bind), 0);
+    t.on_ready(true);
+    assert_eq!(
+        t.replay_sql().as_deref(),
+        Some(r"SELECT pg_catalog.set_config('App.Tenant', E'it''s \\ t1', false);")
+    );
+    assert_eq!(keys(&t), ["app.tenant"]);
+    assert!(t.take_touched());
+    // Bound again with NULL: back to the default, nothing to replay.
+    let body = bind_body(&[None]);
+    t.bind_unnamed(
+        Some(&sluice_protocol::decode_bind_params(&body).unwrap()),
+        0,
+    );
+    t.on_ready(true);
+    assert_eq!(t.replay_sql(), None);
+    // A simple Query replaces the unnamed statement: its Binds are not read any more.
+    observe(&mut t, "SELECT 1");
+    assert!(t.binds_unnamed(), "a Query seen only through observe_in");
+    t.observe_unnamed(b"SELECT 1", opts, true, 0, None);
+    assert!(!t.binds_unnamed());
+}
+
+#[test]
+fn bound_set_config_that_cannot_be_read_pins() {
+    let opts = LexOptions::default();
+    let mut t = SessionTracker::default();
+    let sql = "SELECT set_config($1, $2, $3)";
+    t.observe_unnamed(sql.as_bytes(), opts, true, 0, Some(&parse_body(sql)));
+    // is_local true: nothing to track; then a Bind too large to read: pinned.
+    let body = bind_body(&[Some("work_mem"), Some("5MB"), Some("on")]);
+    t.bind_unnamed(
+        Some(&sluice_protocol::decode_bind_params(&body).unwrap()),
+        0,
+    );
+    t.on_ready(true);
+    assert_eq!(t.replay_sql(), None);
+    assert_eq!(t.pinned(), None);
+    t.bind_unnamed(None, 0);
     assert_eq!(t.pinned(), Some(Feature::DynamicSet));
 }
