@@ -350,12 +350,6 @@ func sCancel(ctx context.Context) (string, error) {
 	return fmt.Sprintf("cancelled after %.2fs", took.Seconds()), nil
 }
 
-func show(ctx context.Context, c *pgx.Conn) (string, error) {
-	var s string
-	err := c.QueryRow(ctx, "SHOW work_mem").Scan(&s)
-	return s, err
-}
-
 func sSetIsolation(ctx context.Context) (string, error) {
 	cs, done, err := conns(ctx, 3)
 	if err != nil {
@@ -365,23 +359,36 @@ func sSetIsolation(ctx context.Context) (string, error) {
 	if _, err := cs[0].Exec(ctx, "SET work_mem = '7777kB'"); err != nil {
 		return "", err
 	}
+	// A bound set_config (the value a driver parameter): tracked from the Bind's values.
+	if _, err := cs[0].Exec(ctx, "SELECT set_config('app.tenant', $1, false)", tenant); err != nil {
+		return "", err
+	}
 	for i, name := range []string{"", "B", "C"} {
 		if i == 0 {
 			continue
 		}
-		s, err := show(ctx, cs[i])
+		s, err := settings(ctx, cs[i])
 		if err != nil {
 			return "", err
 		}
-		if s == "7777kB" {
-			return "", fmt.Errorf("connection %s sees A's SET work_mem", name)
+		if strings.Contains(s, "7777kB") || strings.Contains(s, tenant) {
+			return "", fmt.Errorf("connection %s sees A's settings (%s)", name, s)
 		}
 	}
-	s, err := show(ctx, cs[0])
+	s, err := settings(ctx, cs[0])
 	if err != nil {
 		return "", err
 	}
-	return "", check(s == "7777kB", "connection A lost its SET (work_mem=%s)", s)
+	return "", check(s == "7777kB/"+tenant, "connection A lost its settings (%s)", s)
+}
+
+// What set_isolation's connection A set: work_mem and app.tenant.
+const tenant = "it's A"
+
+func settings(ctx context.Context, c *pgx.Conn) (string, error) {
+	var s string
+	err := c.QueryRow(ctx, "SELECT current_setting('work_mem') || '/' || coalesce(current_setting('app.tenant', true), '')").Scan(&s)
+	return s, err
 }
 
 func boolQuery(ctx context.Context, c *pgx.Conn, q string) (bool, error) {

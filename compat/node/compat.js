@@ -172,11 +172,16 @@ const scenarios = {
   async set_isolation() {
     return withConns(3, async (a, b, c) => {
       await a.query("SET work_mem = '7777kB'")
+      // A bound set_config (the value a driver parameter): tracked from the Bind's values.
+      const tenant = "it's A"
+      await a.query("SELECT set_config('app.tenant', $1, false)", [tenant])
+      const settings = "SELECT current_setting('work_mem') || '/' || coalesce(current_setting('app.tenant', true), '')"
       for (const [name, conn] of [['B', b], ['C', c]]) {
-        expect((await val(conn, 'SHOW work_mem')) !== '7777kB', `connection ${name} sees A's SET work_mem`)
+        const seen = await val(conn, settings)
+        expect(!seen.includes('7777kB') && !seen.includes(tenant), `connection ${name} sees A's settings (${seen})`)
       }
-      const seen = await val(a, 'SHOW work_mem')
-      expect(seen === '7777kB', `connection A lost its SET (work_mem=${seen})`)
+      const seen = await val(a, settings)
+      expect(seen === `7777kB/${tenant}`, `connection A lost its settings (${seen})`)
       return ''
     })
   },

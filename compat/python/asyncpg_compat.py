@@ -170,14 +170,22 @@ async def s_cancel():
         return "cancelled after %.2fs" % took
 
 
+# work_mem and app.tenant: what set_isolation's connection A set.
+SETTINGS = "SELECT current_setting('work_mem') || '/' || coalesce(current_setting('app.tenant', true), '')"
+TENANT = "it's A"
+
+
 async def s_set_isolation():
     async with Conns(3) as (a, b, c):
         await a.execute("SET work_mem = '7777kB'")
+        # A bound set_config (the value a driver parameter): tracked from the Bind's values.
+        await a.execute("SELECT set_config('app.tenant', $1, false)", TENANT)
         for name, conn in (("B", b), ("C", c)):
-            seen = await conn.fetchval("SHOW work_mem")
-            expect(seen != "7777kB", "connection %s sees A's SET work_mem" % name)
-        seen = await a.fetchval("SHOW work_mem")
-        expect(seen == "7777kB", "connection A lost its SET (work_mem=%s)" % seen)
+            seen = await conn.fetchval(SETTINGS)
+            expect("7777kB" not in seen and TENANT not in seen,
+                   "connection %s sees A's settings (%s)" % (name, seen))
+        seen = await a.fetchval(SETTINGS)
+        expect(seen == "7777kB/" + TENANT, "connection A lost its settings (%s)" % seen)
         return ""
 
 

@@ -156,14 +156,22 @@ def s_cancel():
         return "cancelled after %.2fs" % took
 
 
+# work_mem and app.tenant: what set_isolation's connection A set.
+SETTINGS = "SELECT current_setting('work_mem') || '/' || coalesce(current_setting('app.tenant', true), '')"
+TENANT = "it's A"
+
+
 def s_set_isolation():
     with connect() as a, connect() as b, connect() as c:
         a.execute("SET work_mem = '7777kB'")
+        # A bound set_config (the value a driver parameter): tracked from the Bind's values.
+        a.execute("SELECT set_config('app.tenant', %s, false)", (TENANT,))
         for name, conn in (("B", b), ("C", c)):
-            seen = scalar(conn, "SHOW work_mem")
-            expect(seen != "7777kB", "connection %s sees A's SET work_mem" % name)
-        seen = scalar(a, "SHOW work_mem")
-        expect(seen == "7777kB", "connection A lost its SET (work_mem=%s)" % seen)
+            seen = scalar(conn, SETTINGS)
+            expect("7777kB" not in seen and TENANT not in seen,
+                   "connection %s sees A's settings (%s)" % (name, seen))
+        seen = scalar(a, SETTINGS)
+        expect(seen == "7777kB/" + TENANT, "connection A lost its settings (%s)" % seen)
         return ""
 
 

@@ -350,14 +350,6 @@ async fn s_cancel() -> Res {
     Ok(format!("cancelled after {:.2}s", took.as_secs_f64()))
 }
 
-async fn work_mem(c: &Conn) -> Result<String, String> {
-    Ok(c.client
-        .query_one("SHOW work_mem", &[])
-        .await
-        .map_err(e)?
-        .get(0))
-}
-
 async fn s_set_isolation() -> Res {
     let cs = conns(3).await?;
     cs[0]
@@ -365,18 +357,39 @@ async fn s_set_isolation() -> Res {
         .batch_execute("SET work_mem = '7777kB'")
         .await
         .map_err(e)?;
+    // A bound set_config (the value a driver parameter): tracked from the Bind's values.
+    cs[0]
+        .client
+        .query_one("SELECT set_config('app.tenant', $1, false)", &[&TENANT])
+        .await
+        .map_err(e)?;
     for (i, name) in [(1, "B"), (2, "C")] {
+        let seen = settings(&cs[i]).await?;
         expect(
-            work_mem(&cs[i]).await? != "7777kB",
-            format!("connection {name} sees A's SET work_mem"),
+            !seen.contains("7777kB") && !seen.contains(TENANT),
+            format!("connection {name} sees A's settings ({seen})"),
         )?;
     }
-    let seen = work_mem(&cs[0]).await?;
+    let seen = settings(&cs[0]).await?;
     expect(
-        seen == "7777kB",
-        format!("connection A lost its SET (work_mem={seen})"),
+        seen == format!("7777kB/{TENANT}"),
+        format!("connection A lost its settings ({seen})"),
     )?;
     Ok(String::new())
+}
+
+/// What set_isolation's connection A set: work_mem and app.tenant.
+const TENANT: &str = "it's A";
+
+async fn settings(c: &Conn) -> Result<String, String> {
+    Ok(c.client
+        .query_one(
+            "SELECT current_setting('work_mem') || '/' || coalesce(current_setting('app.tenant', true), '')",
+            &[],
+        )
+        .await
+        .map_err(e)?
+        .get(0))
 }
 
 async fn lock_call(c: &Conn, f: &str) -> Result<bool, String> {

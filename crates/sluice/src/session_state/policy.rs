@@ -41,7 +41,7 @@ impl Feature {
             Feature::HoldCursor => "cursors WITH HOLD",
             Feature::SqlPrepare => "SQL PREPARE",
             Feature::LoadModule => "LOAD",
-            Feature::DynamicSet => "set_config() with a bind parameter or non-literal name",
+            Feature::DynamicSet => "set_config() that cannot be replayed",
         }
     }
 }

@@ -458,6 +458,10 @@ fn release_reset(settings: &PoolSettings) -> Option<&str> {
 fn sync_pin_count(s: &mut Session) {
     let by = s.tracker.pinned();
     if by.is_some() != s.counted_pinned {
+        match by {
+            Some(f) => tracing::debug!("C-{}: pinned to its server: {}", s.entry.id, f.describe()),
+            None => tracing::debug!("C-{}: unpinned", s.entry.id),
+        }
         s.pool.pin_changed(s.entry.id, by);
         s.counted_pinned = by.is_some();
     }

@@ -282,18 +282,31 @@ public final class PgjdbcCompat {
     });
   }
 
+  /** work_mem and app.tenant: what setIsolation's connection A set. */
+  static final String SETTINGS =
+      "SELECT current_setting('work_mem') || '/' || coalesce(current_setting('app.tenant', true), '')";
+
+  static final String TENANT = "it's A";
+
   static String setIsolation() throws Exception {
     return withConns(3, cs -> {
       try (Statement st = cs[0].createStatement()) {
         st.execute("SET work_mem = '7777kB'");
       }
+      // A bound set_config (the value a driver parameter): tracked from the Bind's values.
+      try (PreparedStatement ps =
+          cs[0].prepareStatement("SELECT set_config('app.tenant', ?, false)")) {
+        ps.setString(1, TENANT);
+        ps.executeQuery().close();
+      }
       String[] names = {"A", "B", "C"};
       for (int i = 1; i < 3; i++) {
-        expect(!"7777kB".equals(val(cs[i], "SHOW work_mem")),
-            "connection " + names[i] + " sees A's SET work_mem");
+        String seen = (String) val(cs[i], SETTINGS);
+        expect(!seen.contains("7777kB") && !seen.contains(TENANT),
+            "connection " + names[i] + " sees A's settings (" + seen + ")");
       }
-      Object seen = val(cs[0], "SHOW work_mem");
-      expect("7777kB".equals(seen), "connection A lost its SET (work_mem=" + seen + ")");
+      Object seen = val(cs[0], SETTINGS);
+      expect(("7777kB/" + TENANT).equals(seen), "connection A lost its settings (" + seen + ")");
       return "";
     });
   }
