@@ -116,6 +116,7 @@ impl SessionTracker {
     /// relay, in the order the requests go out: the ReadyForQuery that ends request n is the
     /// n+1-th): its changes commit or roll back with that request's transaction, not with one
     /// pipelined ahead of it (`on_ready_through`).
+    #[inline]
     pub fn observe_in(
         &mut self,
         sql: &[u8],
@@ -130,6 +131,7 @@ impl SessionTracker {
     }
 
     /// Whether `sql` can change what the tracker holds.
+    #[inline]
     fn matters(&self, sql: &[u8], opts: LexOptions) -> bool {
         // With changes pending, a COMMIT or ROLLBACK settles them where it runs (it may not end
         // the request: COMMIT AND CHAIN, several transactions in one query string).
@@ -141,6 +143,7 @@ impl SessionTracker {
     /// body), which either replaces. A Parse of nothing but `set_config()` calls with bind
     /// parameters waits for its Binds (`bind_unnamed`), which carry the values, instead of
     /// pinning the client.
+    #[inline]
     pub fn observe_unnamed(
         &mut self,
         sql: &[u8],
@@ -149,10 +152,24 @@ impl SessionTracker {
         block: u64,
         parse: Option<&[u8]>,
     ) -> Verdict {
-        self.unnamed = None;
+        if self.unnamed.is_some() {
+            self.unnamed = None;
+        }
         if !self.matters(sql, opts) {
             return Verdict::Forward;
         }
+        self.observe_unnamed_read(sql, opts, may_pin, block, parse)
+    }
+
+    /// `observe_unnamed` past the shortcut.
+    fn observe_unnamed_read(
+        &mut self,
+        sql: &[u8],
+        opts: LexOptions,
+        may_pin: bool,
+        block: u64,
+        parse: Option<&[u8]>,
+    ) -> Verdict {
         if let Some(body) = parse {
             if let Some(calls) = bound_set_configs(sql, opts) {
                 let types = decode_parse(body).map_or_else(|_| Vec::new(), |p| p.param_types);
@@ -222,6 +239,7 @@ impl SessionTracker {
     }
 
     /// `observe_in` past the shortcut: classify and act.
+    #[inline(never)]
     fn observe_read(&mut self, sql: &[u8], opts: LexOptions, may_pin: bool, block: u64) -> Verdict {
         self.block = block;
         // Every statement named (the shortcut calls a lone COMMIT plain).
@@ -349,6 +367,7 @@ impl SessionTracker {
     /// A tag that no observed statement awaits (a prepared statement's, seen at its Parse) falls
     /// back to the transaction's end: the last transaction-ending tag before an idle
     /// ReadyForQuery decides whether the changes still pending commit.
+    #[inline]
     pub fn on_command_complete_in(&mut self, tag: &[u8], request: u64) {
         if !self.pending.is_empty() && self.control_answered(tag, request) {
             return;
@@ -362,6 +381,7 @@ impl SessionTracker {
     }
 
     /// `on_command_complete_in` for an awaited control statement: false when `tag` is not its.
+    #[inline(never)]
     fn control_answered(&mut self, tag: &[u8], request: u64) -> bool {
         let Some(at) = self
             .pending
@@ -422,7 +442,22 @@ impl SessionTracker {
     /// ReadyForQuery ending the relay's first `answered` requests: when the transaction is over,
     /// commit or drop the changes those requests made. Changes of requests pipelined behind
     /// them wait for their own transaction's end.
+    #[inline]
     pub fn on_ready_through(&mut self, idle: bool, answered: u64) {
+        if self.pending.is_empty() {
+            // The common case: nothing to settle (the flags still end with the transaction).
+            if idle {
+                self.failed = false;
+                self.rolled_back = false;
+            }
+            return;
+        }
+        self.settle_through(idle, answered);
+    }
+
+    /// `on_ready_through` with changes pending.
+    #[inline(never)]
+    fn settle_through(&mut self, idle: bool, answered: u64) {
         // Control statements of the requests answered that got no tag never ran.
         self.pending
             .retain(|(block, c)| *block >= answered || !matches!(c, Change::Awaiting(_)));
