@@ -58,7 +58,7 @@ fn cstr(s: &str, out: &mut Vec<u8>) {
     out.push(0);
 }
 
-const QUERIES: [&str; 8] = [
+const QUERIES: [&str; 10] = [
     "select 1",
     "begin",
     "commit",
@@ -67,6 +67,9 @@ const QUERIES: [&str; 8] = [
     "set application_name = 'x'",
     "select 1; select 2",
     "rollback",
+    // Read with the values of its Binds (session_state/bound.rs).
+    "select set_config('a.b', $1, false)",
+    "commit and chain",
 ];
 const NAMES: [&str; 3] = ["", "s1", "s2"];
 
@@ -87,7 +90,19 @@ fn client_message(s: &mut Script<'_>, out: &mut Vec<u8>) {
         2 => {
             body.push(0); // unnamed portal
             cstr(NAMES[s.byte() as usize % NAMES.len()], &mut body);
-            body.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+            if s.byte().is_multiple_of(2) {
+                body.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+            } else {
+                // One text parameter (a NULL one, some of the time).
+                body.extend_from_slice(&[0, 0, 0, 1]);
+                if s.byte().is_multiple_of(4) {
+                    body.extend_from_slice(&(-1i32).to_be_bytes());
+                } else {
+                    body.extend_from_slice(&1i32.to_be_bytes());
+                    body.push(b'v');
+                }
+                body.extend_from_slice(&[0, 0]);
+            }
             frame(b'B', &body, out);
         }
         3 => {
@@ -139,13 +154,23 @@ enum Runs {
     Copy,
     Begin,
     End,
+    /// COMMIT AND CHAIN: ends the transaction and starts the next.
+    Chain,
     Error,
+}
+
+impl Runs {
+    /// Runs in a failed transaction too (ends it).
+    fn ends(self) -> bool {
+        matches!(self, Runs::End | Runs::Chain)
+    }
 }
 
 fn runs(sql: &str) -> Runs {
     match sql {
         "begin" => Runs::Begin,
         "commit" | "rollback" => Runs::End,
+        "commit and chain" => Runs::Chain,
         "copy t from stdin" => Runs::Copy,
         "syntax error" => Runs::Error,
         _ => Runs::Plain,
@@ -196,7 +221,7 @@ impl Backend {
     }
 
     fn execute(&mut self, r: Runs, simple: bool) {
-        if self.failed_tx && r != Runs::End {
+        if self.failed_tx && !r.ends() {
             self.error();
             return;
         }
@@ -210,6 +235,17 @@ impl Backend {
                 self.in_tx = false;
                 self.failed_tx = false;
                 self.reply(b'C', b"COMMIT\0");
+            }
+            Runs::Chain if !self.in_tx => self.error(),
+            Runs::Chain => {
+                let tag: &[u8] = if self.failed_tx {
+                    b"ROLLBACK\0"
+                } else {
+                    b"COMMIT\0"
+                };
+                self.in_tx = true;
+                self.failed_tx = false;
+                self.reply(b'C', tag);
             }
             Runs::Copy => {
                 self.copy_in = Some(simple);
@@ -289,7 +325,7 @@ impl Backend {
                     self.execute(r, true);
                     if self.copy_in.is_some()
                         || r == Runs::Error
-                        || (failed_before && r != Runs::End)
+                        || (failed_before && !r.ends())
                     {
                         break;
                     }
@@ -344,7 +380,7 @@ impl Backend {
                 Some(r) => {
                     let failed_before = self.failed_tx;
                     self.execute(r, false);
-                    if r == Runs::Error || (failed_before && r != Runs::End) {
+                    if r == Runs::Error || (failed_before && !r.ends()) {
                         self.skipping = true;
                     }
                 }
