@@ -501,7 +501,7 @@ impl RelayCore<'_> {
             return Ok(self.refuse_in_batch(total, avail, bad).into());
         };
         let ends = stmt.ends_transaction.ends;
-        if stmt.affects_session || ends {
+        if (stmt.affects_session || ends) && self.tracker.is_some() {
             if stmt.bound_sets.is_some() && avail < total && total <= BOUND_BIND_MAX {
                 // Its values say what it sets: the whole message first.
                 self.c.need = start + total;

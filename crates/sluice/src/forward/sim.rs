@@ -323,10 +323,7 @@ impl Backend {
                     let failed_before = self.failed_tx;
                     let r = runs(p);
                     self.execute(r, true);
-                    if self.copy_in.is_some()
-                        || r == Runs::Error
-                        || (failed_before && !r.ends())
-                    {
+                    if self.copy_in.is_some() || r == Runs::Error || (failed_before && !r.ends()) {
                         break;
                     }
                 }
