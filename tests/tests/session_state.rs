@@ -641,3 +641,97 @@ async fn hold_cursors_and_sql_prepare_stay_with_their_client() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn state_a_do_block_leaves_stays_with_its_client() {
+    // A DO block's set_config() or SET is the session's as much as one sent on its own. It cannot
+    // be replayed (a body may set it conditionally), so the client keeps its server; a session
+    // lock taken in a block pins until a block releases it.
+    let port = sluice_e2e::free_port();
+    let s = start(&format!(
+        "default_pool_size = 2\n\n[sluice]\nmetrics_listen_addr = 127.0.0.1:{port}"
+    ));
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute(
+        "DO $$ BEGIN PERFORM set_config('app.tenant', 'acme', false); \
+         IF true THEN SET work_mem = '7MB'; END IF; END $$",
+    )
+    .await
+    .unwrap();
+    for _ in 0..4 {
+        assert_eq!(
+            value(&a, "SELECT current_setting('app.tenant')").await,
+            "acme",
+            "A keeps what its block set"
+        );
+        assert_eq!(value(&a, "SHOW work_mem").await, "7MB");
+        assert_eq!(
+            value(
+                &b,
+                "SELECT coalesce(current_setting('app.tenant', true), '')"
+            )
+            .await,
+            "",
+            "B never sees A's tenant"
+        );
+        assert_ne!(value(&b, "SHOW work_mem").await, "7MB");
+    }
+    assert!(
+        sluice_e2e::metrics(port)
+            .await
+            .contains("sluice_pool_pinned_clients{database=\"app\",user=\"trust_user\"} 1"),
+        "A's pin is counted"
+    );
+    drop(a);
+    assert!(wait_unpinned(port).await, "A's pin ends with A");
+    // A lock taken and released by blocks: pinned in between, free after.
+    let c = s.connect("trust_user", "", "app").await.unwrap();
+    c.batch_execute("DO $$ BEGIN PERFORM pg_advisory_lock(515151); END $$")
+        .await
+        .unwrap();
+    let pinned = value(&c, "SELECT pg_backend_pid()").await;
+    for _ in 0..3 {
+        assert_eq!(
+            value(&b, "SELECT pg_try_advisory_lock(515151)::text").await,
+            "false"
+        );
+        assert_eq!(value(&c, "SELECT pg_backend_pid()").await, pinned);
+    }
+    c.batch_execute("DO $$ BEGIN PERFORM pg_advisory_unlock(515151); END $$")
+        .await
+        .unwrap();
+    assert!(
+        wait_unpinned(port).await,
+        "the unlock in a block ends C's pin"
+    );
+    // A block that leaves nothing behind pins nothing.
+    c.batch_execute("DO $$ BEGIN SET LOCAL work_mem = '6MB'; PERFORM 1; END $$")
+        .await
+        .unwrap();
+    assert!(wait_unpinned(port).await);
+}
+
+#[tokio::test]
+async fn with_pinning_disabled_a_do_block_that_sets_is_refused() {
+    let s = start("default_pool_size = 1\n\n[sluice]\npin_session_state = 0");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let err = a
+        .batch_execute("DO $$ BEGIN PERFORM set_config('app.tenant', 'acme', false); END $$")
+        .await
+        .expect_err("the block would leave its setting on a shared server");
+    assert_eq!(err.as_db_error().unwrap().code().code(), "0A000");
+    assert_eq!(
+        value(
+            &a,
+            "SELECT coalesce(current_setting('app.tenant', true), '')"
+        )
+        .await,
+        "",
+        "the block never ran"
+    );
+    // Blocks that change nothing of the session still run.
+    a.batch_execute("DO $$ BEGIN PERFORM set_config('app.tenant', 'x', true); END $$")
+        .await
+        .unwrap();
+}

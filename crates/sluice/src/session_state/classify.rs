@@ -3,9 +3,10 @@
 
 use std::borrow::Cow;
 
+use super::do_block;
 use super::kind::{DiscardTarget, Ident, NameOrAll, SetName, Statement, StatementKind};
 use super::lexer::{Lexer, Splitter, Token, TokenKind};
-use super::scan::CallScan;
+use super::scan::{CallScan, Scan};
 
 /// How the server lexes the text; track it from the server's ParameterStatus.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,7 +164,7 @@ struct Current<'a> {
     index: usize,
     text: &'a [u8],
     head: Option<StatementKind<'a>>,
-    scan: Option<CallScan<'a>>,
+    scan: Option<Scan<'a>>,
     yielded: bool,
 }
 
@@ -175,7 +176,7 @@ impl<'a> Iterator for Statements<'a> {
             if let Some(cur) = &mut self.cur {
                 let found = match cur.head.take() {
                     Some(kind) => Some(kind),
-                    None => cur.scan.as_mut().and_then(CallScan::next_kind),
+                    None => cur.scan.as_mut().and_then(Scan::next_kind),
                 };
                 let (index, text) = (cur.index, cur.text);
                 match found {
@@ -253,6 +254,7 @@ const SPECIAL_HEADS: &[&str] = &[
     "savepoint",
     "release",
     "drop",
+    "do",
 ];
 
 /// What the first word of a statement says about the byte scan of `fast_plain`.
@@ -383,16 +385,17 @@ fn is_space(b: u8) -> bool {
 }
 
 /// Classify one statement by its head; returns the head's kind and, for statements that can
-/// run queries, a scan of the rest for calls.
+/// run queries, a scan of the rest for calls (for a `DO` block, what its body does).
 fn head<'a>(
     text: &'a [u8],
     template: Lexer<'a>,
-) -> (Option<StatementKind<'a>>, Option<CallScan<'a>>) {
+) -> (Option<StatementKind<'a>>, Option<Scan<'a>>) {
     let mut lx = relex(template, text);
     let Some(first) = lx.next() else {
         return (None, None);
     };
-    let scan_rest = |lx: Lexer<'a>, select_like| Some(CallScan::new(lx, text, select_like));
+    let scan_rest =
+        |lx: Lexer<'a>, select_like| Some(Scan::Calls(CallScan::new(lx, text, select_like)));
     if first.kind != TokenKind::Word {
         return (None, scan_rest(lx, false));
     }
@@ -464,7 +467,11 @@ fn head<'a>(
         let file = rest(&lx, text);
         (Some(StatementKind::LoadModule { file }), None)
     } else if kw("create") {
-        create(lx, text)
+        let (kind, scan) = create(lx, text);
+        (kind, scan.map(Scan::Calls))
+    } else if kw("do") {
+        let effects = do_block::effects(lx, head);
+        (None, Some(Scan::Effects(effects.into_iter())))
     } else {
         (None, scan_rest(lx, false))
     }

@@ -5,6 +5,7 @@
 
 mod bound;
 mod classify;
+mod do_block;
 mod kind;
 pub mod lexer;
 pub mod policy;

@@ -16,8 +16,9 @@ pub enum Feature {
     HoldCursor,
     SqlPrepare,
     LoadModule,
-    /// `set_config()` whose name is not a literal, or whose value is a bind parameter (`$1`):
-    /// the statement text alone cannot be replayed on another server.
+    /// `set_config()` whose name is not a literal, or whose value is a bind parameter (`$1`),
+    /// or a SET made inside a `DO` block: the statement text alone cannot be replayed on
+    /// another server.
     DynamicSet,
 }
 
@@ -41,7 +42,7 @@ impl Feature {
             Feature::HoldCursor => "cursors WITH HOLD",
             Feature::SqlPrepare => "SQL PREPARE",
             Feature::LoadModule => "LOAD",
-            Feature::DynamicSet => "set_config() that cannot be replayed",
+            Feature::DynamicSet => "a SET or set_config() that cannot be replayed",
         }
     }
 }

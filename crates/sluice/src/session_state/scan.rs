@@ -6,6 +6,24 @@ use std::borrow::Cow;
 use super::kind::{SetName, StatementKind};
 use super::lexer::{Lexer, Token, TokenKind};
 
+/// What is left to read of one statement after its head.
+#[derive(Clone, Debug)]
+pub(crate) enum Scan<'a> {
+    /// Calls anywhere in the statement (and `INTO TEMP`), read as the iterator asks.
+    Calls(CallScan<'a>),
+    /// What a `DO` block's body does, read whole with its head (rare: `do_block.rs`).
+    Effects(std::vec::IntoIter<StatementKind<'static>>),
+}
+
+impl<'a> Scan<'a> {
+    pub(crate) fn next_kind(&mut self) -> Option<StatementKind<'a>> {
+        match self {
+            Scan::Calls(calls) => calls.next_kind(),
+            Scan::Effects(effects) => effects.next(),
+        }
+    }
+}
+
 /// Resumable: each `next` returns the next finding, so a statement with several calls yields
 /// several kinds without collecting them.
 #[derive(Clone, Copy, Debug)]

@@ -26,7 +26,7 @@ fn plain_statements() {
         "CREATE TABLE t (a int)",
         "CREATE TABLE template (temperature int)",
         "SELECT temp FROM temps",
-        "DO $$ BEGIN PERFORM pg_advisory_lock(1); END $$",
+        "DO $$ BEGIN UPDATE t SET a = 1; PERFORM pg_advisory_xact_lock(1); END $$",
         "(SELECT 1)",
         "SELECT pg_advisory_lock",
         "SELECT my_pg_advisory_lock(1)",

@@ -1,6 +1,7 @@
 //! Unit tests of the session-state lexer, classifier and policy; helpers shared by the files.
 
 mod bound;
+mod do_block;
 mod kinds;
 mod lexer;
 mod policy;
