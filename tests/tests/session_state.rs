@@ -710,6 +710,27 @@ async fn state_a_do_block_leaves_stays_with_its_client() {
         .await
         .unwrap();
     assert!(wait_unpinned(port).await);
+    // The same through the extended protocol (the unnamed statement's Parse): pinned too.
+    c.execute(
+        "DO $$ BEGIN EXECUTE format('SET %I = %L', 'app.tenant', 'beta'); END $$",
+        &[],
+    )
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            value(&c, "SELECT current_setting('app.tenant')").await,
+            "beta"
+        );
+        assert_eq!(
+            value(
+                &b,
+                "SELECT coalesce(current_setting('app.tenant', true), '')"
+            )
+            .await,
+            ""
+        );
+    }
 }
 
 #[tokio::test]

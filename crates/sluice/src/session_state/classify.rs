@@ -386,10 +386,7 @@ fn is_space(b: u8) -> bool {
 
 /// Classify one statement by its head; returns the head's kind and, for statements that can
 /// run queries, a scan of the rest for calls (for a `DO` block, what its body does).
-fn head<'a>(
-    text: &'a [u8],
-    template: Lexer<'a>,
-) -> (Option<StatementKind<'a>>, Option<Scan<'a>>) {
+fn head<'a>(text: &'a [u8], template: Lexer<'a>) -> (Option<StatementKind<'a>>, Option<Scan<'a>>) {
     let mut lx = relex(template, text);
     let Some(first) = lx.next() else {
         return (None, None);
