@@ -362,16 +362,31 @@ pub(super) async fn operate(
                 let key = rng.below(1 << 62) as i64;
                 let table = format!("chaos_tmp_{}", rng.below(1 << 40));
                 let pid = "SELECT pg_backend_pid()";
+                // Half the time the lock and the table are made inside a DO block, whose body
+                // the classifier reads (`session_state/do_block.rs`).
+                let in_block = rng.below(2) == 0;
                 let answer = async {
-                    client
-                        .query_one("SELECT pg_advisory_lock($1)", &[&key])
-                        .await?;
-                    client
-                        .batch_execute(&format!(
-                            "CREATE TEMP TABLE {table} (n int); \
-                             INSERT INTO {table} VALUES (1), (2), (3)"
-                        ))
-                        .await?;
+                    if in_block {
+                        client
+                            .batch_execute(&format!(
+                                "DO $$ BEGIN PERFORM pg_advisory_lock({key}); \
+                                 IF true THEN CREATE TEMP TABLE {table} (n int); END IF; END $$"
+                            ))
+                            .await?;
+                        client
+                            .batch_execute(&format!("INSERT INTO {table} VALUES (1), (2), (3)"))
+                            .await?;
+                    } else {
+                        client
+                            .query_one("SELECT pg_advisory_lock($1)", &[&key])
+                            .await?;
+                        client
+                            .batch_execute(&format!(
+                                "CREATE TEMP TABLE {table} (n int); \
+                                 INSERT INTO {table} VALUES (1), (2), (3)"
+                            ))
+                            .await?;
+                    }
                     let first: i32 = client.query_one(pid, &[]).await?.get(0);
                     let count: i64 = client
                         .query_one(&format!("SELECT count(*) FROM {table}"), &[])
