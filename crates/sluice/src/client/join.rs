@@ -91,6 +91,7 @@ impl Session {
             tracker,
             counted_pinned: false,
             params_confirmed: false,
+            last_server: 0,
             cancel,
             relay_scratch: RelayScratch::default(),
             idle_sleep: None,

@@ -240,10 +240,14 @@ impl RelayCore<'_> {
             tracker.observe_in(sql, opts, may_pin, request)
         };
         self.c_observed = true;
-        if *self.server.status != TransactionStatus::Idle && verdict == Verdict::Forward {
+        if *self.server.status != TransactionStatus::Idle && !matches!(verdict, Verdict::Refuse(_))
+        {
             // Inside a transaction block: whether this text ends it (read if the server is lost).
             self.outstanding
                 .merge(crate::session_state::transaction_ending_with(sql, opts));
+        }
+        if verdict == Verdict::SequenceRead {
+            self.discard_sequences_ahead();
         }
         let Verdict::Refuse(feature) = verdict else {
             return Ok(Step::PassThrough);
@@ -287,6 +291,7 @@ impl RelayCore<'_> {
         self.note_sent(tag);
         let expect = match tag {
             frontend_tag::QUERY | frontend_tag::FUNCTION_CALL => {
+                self.scratch.ran = true;
                 self.pending_rfq += 1;
                 self.copy = self.copy.next(CopyEvent::Command { extended: false }).0;
                 Expect::UntilReady
@@ -303,6 +308,7 @@ impl RelayCore<'_> {
                 return;
             }
             frontend_tag::EXECUTE => {
+                self.scratch.ran = true;
                 self.copy = self.copy.next(CopyEvent::Command { extended: true }).0;
                 Expect::Execute
             }
@@ -515,12 +521,13 @@ impl RelayCore<'_> {
                 }
                 _ => None,
             };
+            let mut reads_sequences = false;
             if let Some(t) = self.tracker.as_deref_mut() {
                 // A COMMIT or ROLLBACK matters only to changes pending (it settles them).
                 if stmt.affects_session || t.has_pending() {
                     // Refusing mid-batch is not possible here: session state from a named
                     // statement pins.
-                    t.observe_bind(
+                    let verdict = t.observe_bind(
                         stmt.query().as_bytes(),
                         stmt.bound_sets.as_ref(),
                         bind.as_ref(),
@@ -528,7 +535,11 @@ impl RelayCore<'_> {
                         opts,
                         request,
                     );
+                    reads_sequences = verdict == Verdict::SequenceRead;
                 }
+            }
+            if reads_sequences {
+                self.discard_sequences_ahead();
             }
         }
         if *self.server.status != TransactionStatus::Idle {

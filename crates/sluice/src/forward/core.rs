@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
 use sluice_config::PoolMode;
-use sluice_protocol::{CancelKey, TransactionStatus};
+use sluice_protocol::{encode_query, CancelKey, TransactionStatus};
 use tokio::time::Instant;
 
 use super::protocol_state::{is_command, Batch, Command, CommandEvent, CopyState};
@@ -201,13 +201,17 @@ pub struct RelayCore<'a> {
     pub(super) cancel_after_lead: Option<&'a CancelSlot>,
 }
 
+/// What `discard_sequences_ahead` sends.
+const DISCARD_SEQUENCES: &str = "DISCARD SEQUENCES";
+
 impl Drop for RelayCore<'_> {
     fn drop(&mut self) {
         // Whatever is left unsent is discarded with the relay (the server is then not clean).
         self.scratch.c_inject.clear();
         self.scratch.s_inject.clear();
         self.scratch.expect.clear();
-        self.scratch.lead_skip = false;
+        self.scratch.leads = 0;
+        self.scratch.foreign_sequences = false;
         self.scratch.last_clock = self.clock;
     }
 }
@@ -249,7 +253,7 @@ impl<'a> RelayCore<'a> {
             timeouts,
             c: Scan::default(),
             s: Scan::default(),
-            pending_rfq: u32::from(parts.scratch.lead_skip),
+            pending_rfq: parts.scratch.leads,
             answered: 0,
             outstanding: TxEnding::default(),
             batch: Batch::Synced,
@@ -310,7 +314,31 @@ impl<'a> RelayCore<'a> {
 
     /// `n` bytes of `to_server` were written.
     pub fn wrote_to_server(&mut self, n: usize) {
+        // The server has this relay's first bytes: too late to discard its sequence values.
+        self.scratch.foreign_sequences = false;
         wrote(n, &mut self.scratch.c_inject, self.client.rbuf, &mut self.c);
+    }
+
+    /// A request reads the session's sequence values (`Verdict::SequenceRead`). When they are
+    /// another client's (`RelayScratch::sequences_foreign`) and nothing of this relay has reached
+    /// the server yet, `DISCARD SEQUENCES` goes ahead of everything the relay has taken: the
+    /// read then answers as on a session of the client's own, with its own `nextval()` earlier
+    /// in the request, or with PostgreSQL's 55000 ("not yet defined in this session"), never
+    /// with another client's value. Rare (once per relay at most): the buffer is rebuilt.
+    pub(super) fn discard_sequences_ahead(&mut self) {
+        if !std::mem::take(&mut self.scratch.foreign_sequences) {
+            return;
+        }
+        let mut ahead = BytesMut::with_capacity(32 + self.scratch.c_inject.len());
+        encode_query(DISCARD_SEQUENCES, &mut ahead);
+        ahead.extend_from_slice(&self.scratch.c_inject);
+        self.scratch.c_inject = ahead;
+        self.scratch.leads += 1;
+        self.pending_rfq += 1;
+        if let Some(t) = self.tracker.as_deref_mut() {
+            t.requests_pushed_back();
+        }
+        PoolStats::add(&self.stats.sequence_discards, 1);
     }
 
     /// `n` bytes of `to_client` were written.

@@ -76,9 +76,7 @@ impl RelayCore<'_> {
         }
         let status = *self.server.status;
         let in_tx = status != TransactionStatus::Idle;
-        let owed = self
-            .pending_rfq
-            .saturating_sub(u32::from(self.scratch.lead_skip));
+        let owed = self.pending_rfq.saturating_sub(self.scratch.leads);
         let running = owed > 0 || self.batch.open();
         let unknown = running && self.outstanding.may_commit;
         // The transaction block goes on, failed, unless a lost request may have ended it.

@@ -138,9 +138,10 @@ pub struct RelayScratch {
     expect: ExpectQueue,
     /// The relay's last clock reading (see `Relay::clock`), for the release that follows.
     last_clock: Option<Instant>,
-    /// A pooler query went into `c_inject` ahead of the client's request (`send_ahead`): the
-    /// server's replies through its first ReadyForQuery are the pooler's.
-    lead_skip: bool,
+    /// Pooler queries that went into `c_inject` ahead of the client's requests (`send_ahead`,
+    /// `RelayCore::discard_sequences_ahead`): the server's replies through that many
+    /// ReadyForQuery messages are the pooler's.
+    leads: u32,
     /// Log lines the client's requests caused (refused statement names), written by the shell
     /// with the client's label as soon as the core returns, before the client sees its reply.
     log_notes: Vec<String>,
@@ -149,6 +150,11 @@ pub struct RelayScratch {
     read_guard: bool,
     /// The standby refused the guarded read: nothing reached the client.
     read_refused: bool,
+    /// The next relay's server holds sequence values that are not this client's
+    /// (`sequences_foreign`); cleared once anything of the relay is written to the server.
+    foreign_sequences: bool,
+    /// A Query, Execute or FunctionCall of the client went to the server (`take_ran`).
+    ran: bool,
     /// Where the client's stream stands: bytes from the front of the server's buffer to the next
     /// message start (0: the bytes written so far end at a message boundary), and whether a
     /// synthesized message was written in part. Kept here, not in the relay, so that it is still
@@ -181,6 +187,21 @@ impl RelayScratch {
         self.read_guard = true;
     }
 
+    /// The next relay runs on a server that another client used since this client's last
+    /// transaction, or that this client did not use last: `currval()` and `lastval()` there
+    /// would read values another client's `nextval()` left. A request that reads them before
+    /// anything of the relay reached the server has them discarded first
+    /// (`RelayCore::discard_sequences_ahead`).
+    pub fn sequences_foreign(&mut self) {
+        self.foreign_sequences = true;
+    }
+
+    /// Whether a Query, Execute or FunctionCall of the client went to the server since the last
+    /// call: work that may have called `nextval()` there (a Parse and Describe alone cannot).
+    pub fn take_ran(&mut self) -> bool {
+        std::mem::take(&mut self.ran)
+    }
+
     /// Whether the last relay ended because the standby refused its guarded read (the guard
     /// is lifted either way).
     pub fn take_read_refused(&mut self) -> bool {
@@ -200,12 +221,12 @@ impl RelayScratch {
     /// trip a query run on its own would cost before the request could go.
     pub fn send_ahead(&mut self, sql: &str) {
         encode_query(sql, &mut self.c_inject);
-        self.lead_skip = true;
+        self.leads += 1;
     }
 
     /// A query sent ahead waits for its replies (the next relay starts with them).
     pub fn ahead_pending(&self) -> bool {
-        self.lead_skip
+        self.leads > 0
     }
 }
 

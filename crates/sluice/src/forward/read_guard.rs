@@ -24,7 +24,7 @@ impl RelayCore<'_> {
     /// already has) wait meanwhile (`emit_fakes`), so that a refused read left nothing at the
     /// client.
     pub(super) fn scan_guarded(&mut self) -> Result<(), RelayEnd> {
-        while self.scratch.lead_skip {
+        while self.scratch.leads > 0 {
             if !self.skip_lead()? {
                 return Ok(());
             }

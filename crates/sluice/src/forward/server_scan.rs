@@ -41,7 +41,7 @@ impl RelayCore<'_> {
                 self.s.remaining -= take;
                 continue;
             }
-            if self.scratch.lead_skip {
+            if self.scratch.leads > 0 {
                 if !self.skip_lead()? {
                     return Ok(()); // the rest of the pooler's replies has not arrived
                 }
@@ -213,9 +213,11 @@ impl RelayCore<'_> {
                         decode_ready_for_query(body).map_err(|_| self.server_gone())?;
                     self.pending_rfq = self.pending_rfq.saturating_sub(1);
                     self.answered += 1;
-                    self.scratch.lead_skip = false;
-                    if let Some(slot) = self.cancel_after_lead.take() {
-                        slot.link(self.server.addr, self.server.backend_key);
+                    self.scratch.leads -= 1;
+                    if self.scratch.leads == 0 {
+                        if let Some(slot) = self.cancel_after_lead.take() {
+                            slot.link(self.server.addr, self.server.backend_key);
+                        }
                     }
                 }
                 backend_tag::PARAMETER_STATUS => {
@@ -241,7 +243,7 @@ impl RelayCore<'_> {
             }
             self.server.rbuf.advance(total);
             self.s.need = 0;
-            if !self.scratch.lead_skip {
+            if self.scratch.leads == 0 {
                 return Ok(true);
             }
         }

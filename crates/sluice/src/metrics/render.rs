@@ -362,6 +362,12 @@ const TOTALS: &[StatField] = &[
         |s| s.syncs_ahead as f64,
     ),
     (
+        "sluice_session_sequence_discards_total",
+        "counter",
+        "Requests reading currval() or lastval() on a server whose sequence values were another client's, sent after a DISCARD SEQUENCES.",
+        |s| s.sequence_discards as f64,
+    ),
+    (
         "sluice_client_logins_total",
         "counter",
         "Client logins.",

@@ -71,11 +71,13 @@ pub fn might_affect_session_with<S: AsRef<[u8]> + ?Sized>(sql: &S, opts: LexOpti
     any_statement(sql.as_ref(), opts, |k| k.affects_session())
 }
 
-/// `might_affect_session_with`, or a savepoint statement in `sql` (SAVEPOINT, RELEASE, ROLLBACK
-/// TO): what the session tracker reads (SETs made after a savepoint go with a rollback to it).
+/// `might_affect_session_with`, a savepoint statement in `sql` (SAVEPOINT, RELEASE, ROLLBACK
+/// TO), or a read of the session's sequence values: what the session tracker reads (SETs made
+/// after a savepoint go with a rollback to it; a sequence read may need the server's values
+/// discarded first).
 pub fn might_matter_to_tracker_with(sql: &[u8], opts: LexOptions) -> bool {
     any_statement(sql, opts, |k| {
-        k.affects_session() || k.is_savepoint_control()
+        k.affects_session() || k.is_savepoint_control() || k.reads_sequence_state()
     })
 }
 
@@ -286,10 +288,10 @@ fn head_of(word: &[u8]) -> Head {
 }
 
 /// Bytes at which `fast_plain` has to look closer: `;`, comment starts, the underscore of the
-/// call names and the `i` of `INTO` (1; 0 for the rest).
+/// call names, the parenthesis of a call and the `i` of `INTO` (1; 0 for the rest).
 static FAST_SCAN_BYTES: [u8; 256] = {
     let mut t = [0; 256];
-    let interesting = b";-/_iI";
+    let interesting = b";-/_(iI";
     let mut i = 0;
     while i < interesting.len() {
         t[interesting[i] as usize] = 1;
@@ -323,8 +325,9 @@ pub(super) fn next_interesting(s: &[u8]) -> Option<usize> {
 /// This runs over every query text in transaction mode, so it stops only at the few bytes that
 /// can start something of interest: every name the call scan knows has an underscore followed
 /// by `advisory`, `try_advisory` or `config` (`pg_advisory_lock`, `pg_try_advisory_xact_lock`,
-/// `set_config`, ...), and `INTO TEMP` needs an `into`. (The letters of the names themselves
-/// would stop it in most table and column names.) Anything that might be one of them, even
+/// `set_config`, ...) but two, `currval` and `lastval`, which are looked for before each `(`;
+/// `INTO TEMP` needs an `into`. (The letters of the names themselves would stop it in most
+/// table and column names.) Anything that might be one of them, even
 /// inside a string or a quoted name, sends the text to the full classification, which is exact.
 /// A table lookup per byte, eight at a time (`next_interesting`): `memchr` was no faster on texts
 /// this short (its set-up per call outweighs the SIMD; callgrind, pgbench -S).
@@ -358,6 +361,7 @@ fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
                     || starts_with(i + 1, b"try_advisory")
                     || starts_with(i + 1, b"config")
             }
+            b'(' => names_sequence_read(&rest[..i]),
             _ => select_like && starts_with(i, b"into"),
         };
         if hit {
@@ -369,6 +373,18 @@ fn fast_plain<'a>(src: &'a [u8], mut lexer: Lexer<'a>) -> Option<&'a [u8]> {
         text = trim_end(t);
     }
     Some(text)
+}
+
+/// The text before a `(` ends with `currval` or `lastval` (any case, quoted or not, spaces
+/// between allowed):
+/// maybe a sequence read, for the full classification to settle.
+fn names_sequence_read(before: &[u8]) -> bool {
+    let name = trim_end(before);
+    let name = name.strip_suffix(b"\"").unwrap_or(name);
+    name.len() >= 7 && {
+        let tail = &name[name.len() - 7..];
+        tail.eq_ignore_ascii_case(b"currval") || tail.eq_ignore_ascii_case(b"lastval")
+    }
 }
 
 fn trim_end(s: &[u8]) -> &[u8] {

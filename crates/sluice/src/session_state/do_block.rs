@@ -222,6 +222,7 @@ fn effect(kind: StatementKind<'_>) -> Option<StatementKind<'static>> {
             name: NameOrAll::All,
         },
         Drop => Drop,
+        SequenceRead => SequenceRead,
         _ => return None,
     })
 }

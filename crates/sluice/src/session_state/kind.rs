@@ -198,6 +198,9 @@ pub enum StatementKind<'a> {
     /// `DROP ...` of any object: it may be a pinned client's last temporary one (the text does
     /// not say whether a table is temporary), so its pin is checked again after it.
     Drop,
+    /// A `currval()` or `lastval()` call: it reads the value the session's last `nextval()` left,
+    /// which on a pooled server may be another client's (`SessionTracker`'s `Verdict::SequenceRead`).
+    SequenceRead,
 }
 
 impl StatementKind<'_> {
@@ -212,7 +215,8 @@ impl StatementKind<'_> {
             Reset { .. } | ResetAll | Discard(_) | AdvisoryUnlock { .. } | Listen { .. } => true,
             Unlisten { .. } | CloseCursor { .. } | Prepare { .. } | Deallocate { .. } => true,
             LoadModule { .. } | Drop => true,
-            Plain | Execute { .. } => false,
+            // Reads state, changes none (the tracker still sees it: `reads_sequence_state`).
+            Plain | Execute { .. } | SequenceRead => false,
             Begin
             | Commit { .. }
             | Rollback { .. }
@@ -221,6 +225,11 @@ impl StatementKind<'_> {
             RollbackToSavepoint { .. } | PrepareTransaction | CommitPrepared => false,
             RollbackPrepared => false,
         }
+    }
+
+    /// Reads the session's sequence values (`currval()`, `lastval()`).
+    pub fn reads_sequence_state(&self) -> bool {
+        matches!(self, StatementKind::SequenceRead)
     }
 
     /// SAVEPOINT, RELEASE SAVEPOINT, ROLLBACK TO SAVEPOINT.

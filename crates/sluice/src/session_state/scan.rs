@@ -1,5 +1,6 @@
 //! Scan of a statement's tokens for calls that touch session state (advisory locks,
-//! set_config) and for `SELECT ... INTO TEMP`, anywhere in the statement.
+//! set_config, the sequence reads currval and lastval) and for `SELECT ... INTO TEMP`, anywhere
+//! in the statement.
 
 use std::borrow::Cow;
 
@@ -101,6 +102,8 @@ impl<'a> CallScan<'a> {
             Some(StatementKind::AdvisoryUnlock { all: true })
         } else if name.is_name("set_config") {
             Some(set_config(self.lx, self.src))
+        } else if name.is_name("currval") || name.is_name("lastval") {
+            Some(StatementKind::SequenceRead)
         } else {
             None
         }

@@ -67,6 +67,10 @@ pub enum Verdict {
     Forward,
     /// Refuse the query: pinning for this feature is not allowed.
     Refuse(Feature),
+    /// Forward; the text reads the session's sequence values (`currval()`, `lastval()`). On a
+    /// server that another client used since this one's last transaction, those values are not
+    /// the client's: the relay has them discarded first when it still can (`requests_pushed_back`).
+    SequenceRead,
 }
 
 #[derive(Debug, Default)]
@@ -298,7 +302,19 @@ impl SessionTracker {
                 Action::Forward | Action::Refuse(_) => {}
             }
         }
+        if stmts.iter().any(|s| s.kind.reads_sequence_state()) {
+            return Verdict::SequenceRead;
+        }
         Verdict::Forward
+    }
+
+    /// The relay sent a query of its own ahead of every request of this relay it had read so
+    /// far: each of them is answered one ReadyForQuery later than the number it was observed in.
+    pub fn requests_pushed_back(&mut self) {
+        for (block, _) in &mut self.pending {
+            *block += 1;
+        }
+        self.block += 1;
     }
 
     fn pin(&mut self, f: Feature) {

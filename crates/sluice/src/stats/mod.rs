@@ -68,6 +68,9 @@ pub struct PoolStats {
     pub syncs_round_trip: AtomicU64,
     /// Hand-outs that sent those statements ahead of the request, in the same write.
     pub syncs_ahead: AtomicU64,
+    /// Requests reading `currval()` / `lastval()` on a server whose sequence values were another
+    /// client's, sent behind a `DISCARD SEQUENCES` (`RelayCore::discard_sequences_ahead`).
+    pub sequence_discards: AtomicU64,
     /// Statements the per-server prepared-statement cache (max_prepared_statements) closed to make
     /// room for another (`prepared::ServerStatements::insert`); each is re-prepared when next used.
     pub prepared_evictions: AtomicU64,
@@ -94,6 +97,7 @@ pub struct StatsSnapshot {
     pub bind_count: u64,
     pub syncs_round_trip: u64,
     pub syncs_ahead: u64,
+    pub sequence_discards: u64,
     pub prepared_evictions: u64,
 }
 
@@ -118,6 +122,7 @@ impl PoolStats {
             bind_count: self.bind_count.get(),
             syncs_round_trip: self.syncs_round_trip.get(),
             syncs_ahead: self.syncs_ahead.get(),
+            sequence_discards: self.sequence_discards.get(),
             prepared_evictions: self.prepared_evictions.get(),
         }
     }
@@ -140,6 +145,7 @@ impl StatsSnapshot {
             bind_count: f(self.bind_count, o.bind_count),
             syncs_round_trip: f(self.syncs_round_trip, o.syncs_round_trip),
             syncs_ahead: f(self.syncs_ahead, o.syncs_ahead),
+            sequence_discards: f(self.sequence_discards, o.sequence_discards),
             prepared_evictions: f(self.prepared_evictions, o.prepared_evictions),
         }
     }

@@ -52,6 +52,10 @@ pub struct Session {
     /// server matched them or took their SETs; later values come from the server's own reports):
     /// SETs of them go ahead of a request instead of in a round trip of their own.
     pub params_confirmed: bool,
+    /// The server where this client last ran a Query or Execute (0: none yet): with
+    /// `ServerConn::seq_owner`, whether a server's sequence values (`currval()`, `lastval()`) may be
+    /// this client's.
+    pub last_server: u64,
     pub cancel: CancelHandle,
     /// Buffers the relay reuses from one transaction to the next.
     pub relay_scratch: RelayScratch,
@@ -291,6 +295,11 @@ async fn serve_request(
     if let Some(r) = s.route.as_mut() {
         r.linked(&server);
     }
+    // The server's sequence values can be this client's only if the last work that ran on it was
+    // this client's, and the client ran nothing anywhere else since.
+    if s.last_server != server.id.0 || server.seq_owner != Some(client.id) {
+        s.relay_scratch.sequences_foreign();
+    }
     // The relay's first clock reading: when the server was linked (query and transaction times
     // count from there, as PgBouncer's do: the wait is wait_time), after any queries it needed.
     let prepared = match server_prep(app, client.id, s, &mut server) {
@@ -333,6 +342,11 @@ async fn serve_request(
     let end = loop {
         let end = relay_once(app, client, s, &mut server, settings, relay_from).await;
         sync_pin_count(s);
+        if s.relay_scratch.take_ran() {
+            // A Query or Execute went: it may have called nextval() (`sequences_foreign`).
+            server.seq_owner = Some(client.id);
+            s.last_server = server.id.0;
+        }
         if !matches!(end, RelayEnd::PinCheck) {
             break end;
         }

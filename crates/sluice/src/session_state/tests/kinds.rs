@@ -603,3 +603,54 @@ fn load_module() {
         }
     );
 }
+
+// ---- sequence reads ----
+
+#[test]
+fn sequence_reads() {
+    for sql in [
+        "SELECT lastval()",
+        "select CURRVAL('orders_id_seq')",
+        "SELECT pg_catalog.lastval()",
+        "SELECT \"currval\"('s')",
+        "SELECT lastval ()",
+        "SELECT currval\n('s'::regclass)",
+        "INSERT INTO items (order_id) VALUES (currval('orders_id_seq'))",
+        "UPDATE t SET a = lastval() WHERE id = 1",
+        "WITH x AS (SELECT 1) SELECT currval('s') FROM x",
+        "SELECT nextval('s'), currval('s')",
+    ] {
+        assert_eq!(one(sql), K::SequenceRead, "{sql}");
+        assert!(!might_affect_session(sql), "{sql}: reads, changes nothing");
+        assert!(
+            might_matter_to_tracker_with(sql.as_bytes(), LexOptions::default()),
+            "{sql}"
+        );
+    }
+    for sql in [
+        "SELECT lastval FROM t",
+        "SELECT 'lastval()'",
+        "SELECT my_lastval(1)",
+        "SELECT lastval_of(1)",
+        "SELECT nextval('s')",
+        "SELECT setval('s', 1)",
+        // A quoted name is case-sensitive: not the built-in function.
+        "SELECT \"LASTVAL\"()",
+        "SELECT x -- currval(\n FROM t",
+    ] {
+        assert_eq!(kinds(sql), vec![K::Plain], "{sql}");
+        assert!(
+            !might_matter_to_tracker_with(sql.as_bytes(), LexOptions::default()),
+            "{sql}"
+        );
+    }
+    // With other statements, and inside a DO block (its body runs in the session).
+    assert_eq!(
+        kinds("INSERT INTO o DEFAULT VALUES; SELECT lastval()"),
+        vec![K::Plain, K::SequenceRead]
+    );
+    assert_eq!(
+        kinds("DO $$ BEGIN INSERT INTO log VALUES (currval('s')); END $$"),
+        vec![K::SequenceRead]
+    );
+}

@@ -125,6 +125,8 @@ fn random_input_never_panics_and_fast_path_agrees() {
         "pg_advisory_lock",
         "pg_advisory_unlock_all",
         "set_config",
+        "currval",
+        "LastVal",
         "(",
         "'a'",
         "true",
@@ -188,6 +190,12 @@ fn random_input_never_panics_and_fast_path_agrees() {
             }
             let any = all.iter().any(|s| s.kind.affects_session());
             assert_eq!(might_affect_session_with(&buf, opts), any);
+            let tracked = all.iter().any(|s| {
+                s.kind.affects_session()
+                    || s.kind.is_savepoint_control()
+                    || s.kind.reads_sequence_state()
+            });
+            assert_eq!(might_matter_to_tracker_with(&buf, opts), tracked);
             // The same text with the fast path defeated (a leading statement) must agree.
             let mut slow = b"SELECT 0;".to_vec();
             slow.extend_from_slice(&buf);

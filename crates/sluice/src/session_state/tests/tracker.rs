@@ -381,3 +381,49 @@ fn bound_set_config_that_cannot_be_read_pins() {
     t.bind_unnamed(None, 0);
     assert_eq!(t.pinned(), Some(Feature::DynamicSet));
 }
+
+#[test]
+fn sequence_reads_are_reported_and_change_nothing() {
+    let mut t = SessionTracker::default();
+    assert_eq!(observe(&mut t, "SELECT lastval()"), Verdict::SequenceRead);
+    assert_eq!(
+        observe(
+            &mut t,
+            "INSERT INTO o DEFAULT VALUES; SELECT currval('o_id_seq')"
+        ),
+        Verdict::SequenceRead
+    );
+    assert_eq!(
+        observe(&mut t, "SELECT nextval('o_id_seq')"),
+        Verdict::Forward
+    );
+    t.on_ready(true);
+    assert!(t.pinned().is_none());
+    assert!(t.replay_sql().is_none());
+    // A refusal still wins over the read.
+    let v = t.observe(
+        b"SELECT lastval(); LISTEN jobs",
+        LexOptions::default(),
+        false,
+    );
+    assert_eq!(v, Verdict::Refuse(Feature::Listen));
+}
+
+#[test]
+fn a_query_sent_ahead_later_pushes_the_requests_back() {
+    let opts = LexOptions::default();
+    let mut t = SessionTracker::default();
+    // Requests 0 and 1 were read; then the relay put a query of its own in front of both.
+    t.observe_in(b"SET a = 1", opts, true, 0);
+    t.observe_in(b"SET b = 2; SELECT lastval()", opts, true, 1);
+    t.requests_pushed_back();
+    t.on_ready_through(true, 1);
+    assert!(
+        keys(&t).is_empty(),
+        "the first ReadyForQuery was the pooler's"
+    );
+    t.on_ready_through(true, 2);
+    assert_eq!(keys(&t), ["a"]);
+    t.on_ready_through(true, 3);
+    assert_eq!(keys(&t), ["a", "b"]);
+}
