@@ -27,12 +27,13 @@ pub(super) async fn operate(
     };
     let mut cancel_sent: Option<(Instant, &'static str)> = None;
     let mut cancel_pending = false;
-    // 0 - 9, 11 - 16 and 18 in transaction and session pooling (17 now and then, below); statement pooling: what runs
-    // outside a transaction block (prepared statements, large results, cancels, pipelines,
-    // autocommit writes, SET of a tracked parameter, a large Bind).
-    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 18];
+    // 0 - 9, 11 - 16, 18 and 19 in transaction and session pooling (17 now and then, below);
+    // statement pooling: what runs outside a transaction block (prepared statements, large
+    // results, cancels, pipelines, autocommit writes, SET of a tracked parameter, a large Bind,
+    // an insert's id read back).
+    const TRANSACTION: &[u64] = &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 18, 19];
     const SESSION: &[u64] = TRANSACTION;
-    const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 9, 10, 10, 11, 12, 18];
+    const STATEMENT: &[u64] = &[2, 3, 4, 5, 7, 9, 10, 10, 11, 12, 18, 19];
     let ops = match pooling {
         Pooling::Transaction => TRANSACTION,
         Pooling::Session => SESSION,
@@ -264,6 +265,48 @@ pub(super) async fn operate(
                         error("copy", &e);
                         let _ = client.batch_execute("ROLLBACK").await;
                     }
+                }
+            }
+            19 => {
+                // An insert's id read back in a request of its own (PDO's lastInsertId()): the
+                // client's own id, or (transaction and statement pooling) PostgreSQL's 55000
+                // when the pooler discarded the values another client left on the server:
+                // never another id.
+                let read = if rng.below(2) == 0 {
+                    "SELECT lastval()"
+                } else {
+                    "SELECT currval('chaos_ids_id_seq')"
+                };
+                let answer = async {
+                    let id: i64 = client
+                        .query_one("INSERT INTO chaos_ids DEFAULT VALUES RETURNING id", &[])
+                        .await?
+                        .get(0);
+                    Ok::<_, tokio_postgres::Error>((id, client.simple_query(read).await))
+                };
+                match answer.await {
+                    Ok((id, Ok(rows))) => {
+                        let got = rows.iter().find_map(|m| match m {
+                            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                                r.get(0).map(str::to_string)
+                            }
+                            _ => None,
+                        });
+                        if got.as_deref() == Some(id.to_string().as_str()) {
+                            ctx.tally.ok("sequence read");
+                        } else {
+                            ctx.tally.finding(format!(
+                                "{read} after inserting id {id} answered {got:?}"
+                            ));
+                        }
+                    }
+                    Ok((_, Err(e)))
+                        if pooling != Pooling::Session
+                            && e.code().map(|c| c.code()) == Some("55000") =>
+                    {
+                        ctx.tally.ok("sequence read discarded");
+                    }
+                    Ok((_, Err(e))) | Err(e) => error("sequence read", &e),
                 }
             }
             10 => {

@@ -371,7 +371,9 @@ pub async fn soak(mode: Mode) {
         "app",
         "DROP TABLE IF EXISTS chaos_commits; CREATE TABLE chaos_commits(id bigint PRIMARY KEY); \
          GRANT ALL ON chaos_commits TO PUBLIC; DROP TABLE IF EXISTS chaos_copy; \
-         CREATE TABLE chaos_copy(tag bigint, n int); GRANT ALL ON chaos_copy TO PUBLIC",
+         CREATE TABLE chaos_copy(tag bigint, n int); GRANT ALL ON chaos_copy TO PUBLIC; \
+         DROP TABLE IF EXISTS chaos_ids; CREATE TABLE chaos_ids(id bigserial PRIMARY KEY); \
+         GRANT ALL ON chaos_ids TO PUBLIC; GRANT ALL ON SEQUENCE chaos_ids_id_seq TO PUBLIC",
     );
     let users = format!(
         "\"md5_user\" \"md5_pass\"\n\"scram_user\" \"{}\"\n\"trust_user\" \"\"\n",

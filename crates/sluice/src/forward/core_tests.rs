@@ -610,3 +610,84 @@ fn parse_and_bind_counts_are_those_of_the_statements_the_pooler_rewrites() {
         (0, 0, 0)
     );
 }
+
+/// A sequence read on a server whose values are another client's (`sequences_foreign`), with
+/// the session's SETs already sent ahead: `DISCARD SEQUENCES` goes in front of everything, both
+/// leading queries' replies are dropped, and the client's SET commits with its own
+/// ReadyForQuery (the tracker's request numbers moved back by one).
+#[test]
+fn a_sequence_read_on_a_foreign_server_goes_behind_discard_sequences() {
+    let mut w = World::new();
+    w.scratch.send_ahead("SET work_mem = '5MB'");
+    w.scratch.sequences_foreign();
+    let mut r = w.relay(PoolMode::Transaction, false, true);
+    let mut sent = query("SET app.x = 'a'");
+    sent.extend(query("SELECT lastval()"));
+    client_sends(&mut r, &sent).unwrap();
+    let (to_server, _) = pump(&mut r);
+    assert_eq!(tags(&to_server), "QQQQ");
+    assert_eq!(
+        &to_server[..query("DISCARD SEQUENCES").len()],
+        &query("DISCARD SEQUENCES")[..]
+    );
+    let idle = ready(TransactionStatus::Idle);
+    server_sends(
+        &mut r,
+        &replies(&[
+            &complete("DISCARD SEQUENCES"),
+            &idle,
+            &complete("SET"),
+            &idle,
+        ]),
+    );
+    let (_, to_client) = pump(&mut r);
+    assert_eq!(tags(&to_client), "", "the pooler's replies are dropped");
+    server_sends(&mut r, &replies(&[&complete("SET"), &idle]));
+    let (_, to_client) = pump(&mut r);
+    assert_eq!(tags(&to_client), "CZ");
+    let row = message(backend_tag::DATA_ROW, &[0, 1, 0, 0, 0, 1, b'7']);
+    server_sends(&mut r, &replies(&[&row, &complete("SELECT 1"), &idle]));
+    let (_, to_client) = pump(&mut r);
+    assert_eq!(tags(&to_client), "DCZ");
+    assert!(matches!(r.outcome(), Some(RelayEnd::Released)));
+    drop(r);
+    assert_eq!(
+        w.stats
+            .sequence_discards
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let keys: Vec<_> = w
+        .tracker
+        .tracked_sets()
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(keys, ["app.x"], "the client's SET committed");
+}
+
+/// Once anything of the relay went to the server, a read is forwarded as it is (an earlier
+/// statement of the transaction may have made the value); on a server whose values may be the
+/// client's, nothing is added either.
+#[test]
+fn a_sequence_read_after_the_first_write_or_on_its_own_server_is_forwarded() {
+    let mut w = World::new();
+    w.scratch.sequences_foreign();
+    let mut r = w.relay(PoolMode::Transaction, false, true);
+    client_sends(&mut r, &query("BEGIN")).unwrap();
+    let (to_server, _) = pump(&mut r);
+    assert_eq!(tags(&to_server), "Q");
+    server_sends(
+        &mut r,
+        &replies(&[&complete("BEGIN"), &ready(TransactionStatus::InTransaction)]),
+    );
+    client_sends(&mut r, &query("SELECT lastval()")).unwrap();
+    let (to_server, _) = pump(&mut r);
+    assert_eq!(to_server, query("SELECT lastval()"));
+    drop(r);
+    let mut w = World::new();
+    let mut r = w.relay(PoolMode::Transaction, false, true);
+    client_sends(&mut r, &query("SELECT lastval()")).unwrap();
+    let (to_server, _) = pump(&mut r);
+    assert_eq!(to_server, query("SELECT lastval()"));
+}

@@ -423,9 +423,9 @@ pub(super) struct World {
     pub stats: PoolStats,
     registry: StatementRegistry,
     pub statements: ClientStatements,
-    tracker: SessionTracker,
+    pub tracker: SessionTracker,
     timeouts: RelayTimeouts,
-    scratch: RelayScratch,
+    pub scratch: RelayScratch,
 }
 
 impl World {
