@@ -55,9 +55,9 @@ pub struct ServerConn {
     pub gucs_dirty: bool,
     pub gucs_owner: Option<crate::ids::ClientId>,
     pub gucs_version: u64,
-    /// The client whose Query or Execute ran here last: the one whose `nextval()` calls the
-    /// session's sequence values (`currval()`, `lastval()`) may come from.
-    pub seq_owner: Option<crate::ids::ClientId>,
+    /// The id of the client whose Query or Execute ran here last (0: none): the one whose
+    /// `nextval()` calls the session's sequence values (`currval()`, `lastval()`) may come from.
+    pub seq_owner: u64,
     /// Set when the connection is TLS.
     pub tls: Option<crate::tls::connector::ServerTlsInfo>,
     /// The worker whose IO driver the socket is registered with (see `workers`).
@@ -88,7 +88,7 @@ impl ServerConn {
             gucs_dirty: false,
             gucs_owner: None,
             gucs_version: 0,
-            seq_owner: None,
+            seq_owner: 0,
             tls: None,
             home: crate::workers::current(),
             host: None,

@@ -31,7 +31,7 @@ use crate::pool::{Pool, PooledServer};
 use crate::pool::{PoolSettings, SettingsSnapshot};
 use crate::prepared::ClientStatements;
 use crate::server::params::{adopt_canonical, set_all_statement, set_statement, ParamMap};
-use crate::server::query;
+use crate::server::{query, ServerConn};
 use crate::session_state::policy::Feature;
 use crate::session_state::tracker::{SessionTracker, CLEANUP_SQL, PIN_CHECK_SQL, RESET_SQL};
 use crate::stats::PoolStats;
@@ -297,7 +297,8 @@ async fn serve_request(
     }
     // The server's sequence values can be this client's only if the last work that ran on it was
     // this client's, and the client ran nothing anywhere else since.
-    if s.last_server != server.id.0 || server.seq_owner != Some(client.id) {
+    let conn: &ServerConn = &server;
+    if s.last_server != conn.id.0 || conn.seq_owner != client.id.0 {
         s.relay_scratch.sequences_foreign();
     }
     // The relay's first clock reading: when the server was linked (query and transaction times
@@ -344,8 +345,9 @@ async fn serve_request(
         sync_pin_count(s);
         if s.relay_scratch.take_ran() {
             // A Query or Execute went: it may have called nextval() (`sequences_foreign`).
-            server.seq_owner = Some(client.id);
-            s.last_server = server.id.0;
+            let conn: &mut ServerConn = &mut server;
+            conn.seq_owner = client.id.0;
+            s.last_server = conn.id.0;
         }
         if !matches!(end, RelayEnd::PinCheck) {
             break end;
