@@ -58,7 +58,7 @@ fn cstr(s: &str, out: &mut Vec<u8>) {
     out.push(0);
 }
 
-const QUERIES: [&str; 10] = [
+const QUERIES: [&str; 11] = [
     "select 1",
     "begin",
     "commit",
@@ -70,6 +70,8 @@ const QUERIES: [&str; 10] = [
     // Read with the values of its Binds (session_state/bound.rs).
     "select set_config('a.b', $1, false)",
     "commit and chain",
+    // A sequence read: behind DISCARD SEQUENCES when the server is foreign (flag 16).
+    "select lastval()",
 ];
 const NAMES: [&str; 3] = ["", "s1", "s2"];
 
@@ -500,11 +502,23 @@ pub struct Ends {
     pub ended: usize,
     /// Of those, the server was lost and the client went on (`lost.rs`).
     pub lost: usize,
+    /// Requests the relay sent behind a DISCARD SEQUENCES.
+    pub discards: u64,
 }
 
 /// Run one scripted relay. Panics when the relay and the backend model disagree about whether
 /// the server may be reused, or the relay forwarded what the backend must never see.
 pub fn run(data: &[u8]) -> Ends {
+    let mut w = World::new();
+    let mut ends = run_in(data, &mut w);
+    ends.discards = w
+        .stats
+        .sequence_discards
+        .load(std::sync::atomic::Ordering::Relaxed);
+    ends
+}
+
+fn run_in(data: &[u8], w: &mut World) -> Ends {
     let mut ends = Ends::default();
     let mut s = Script(data);
     let flags = s.byte();
@@ -514,7 +528,6 @@ pub fn run(data: &[u8]) -> Ends {
         _ => PoolMode::Session,
     };
     let rewrite = mode != PoolMode::Session && flags & 4 != 0;
-    let mut w = World::new();
     let mut backend = Backend::default();
     // Everything the client was sent, across the relays.
     let mut got = Vec::new();
@@ -522,6 +535,10 @@ pub fn run(data: &[u8]) -> Ends {
     for _ in 0..8 {
         if s.done() {
             return ends;
+        }
+        if flags & 16 != 0 {
+            // Another client used the server since: a sequence read goes behind DISCARD SEQUENCES.
+            w.scratch.sequences_foreign();
         }
         let mut relay = w.relay(mode, rewrite, flags & 8 != 0);
         let mut wire = Vec::new();
@@ -549,7 +566,7 @@ pub fn run(data: &[u8]) -> Ends {
         drop(relay);
         let end = match end {
             Some(RelayEnd::ServerLost(lost)) => {
-                check_after_loss(*lost, &mut w, &wire, &got);
+                check_after_loss(*lost, w, &wire, &got);
                 ends.ended += 1;
                 ends.lost += 1;
                 return ends;
@@ -734,9 +751,11 @@ mod tests {
             total.released += e.released;
             total.ended += e.ended;
             total.lost += e.lost;
+            total.discards += e.discards;
         }
         // The scripts must reach the interesting ends, or the check checks nothing.
         assert!(total.released > 1000 && total.ended > 1000, "{total:?}");
         assert!(total.lost > 100, "{total:?}");
+        assert!(total.discards > 10, "{total:?}");
     }
 }
