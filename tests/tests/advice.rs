@@ -305,3 +305,41 @@ async fn clients_near_max_client_conn_are_found() {
     );
     drop(held);
 }
+
+/// An application reading an insert's id in a transaction of its own (`SELECT lastval()` after
+/// the INSERT), on a server another client inserted on in between: the read went behind a
+/// DISCARD SEQUENCES, and the advisor names the application change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequence_reads_in_their_own_transaction_are_found() {
+    let (s, _) = start("default_pool_size = 1");
+    let a = s.connect("trust_user", "", "app").await.unwrap();
+    let b = s.connect("trust_user", "", "app").await.unwrap();
+    a.batch_execute(
+        "DROP TABLE IF EXISTS advice_ids; CREATE TABLE advice_ids(id serial PRIMARY KEY)",
+    )
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        a.batch_execute("INSERT INTO advice_ids DEFAULT VALUES")
+            .await
+            .unwrap();
+        b.batch_execute("INSERT INTO advice_ids DEFAULT VALUES")
+            .await
+            .unwrap();
+        let e = a
+            .simple_query("SELECT lastval()")
+            .await
+            .expect_err("B's id is not A's");
+        assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{e:?}");
+    }
+    // Two stats periods close (stats_period = 1).
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let r = advice(&s).await;
+    assert!(
+        rules(&r).contains(&"sequence_reads_discarded".to_string()),
+        "{:?}",
+        r.rows
+    );
+    let ev = evidence(&r, "sequence_reads_discarded");
+    assert!(ev.starts_with("3 requests over the last"), "{ev}");
+}

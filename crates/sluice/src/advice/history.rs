@@ -46,6 +46,7 @@ impl Advisor {
                 clients: c.clients,
                 queries: d.query_count,
                 evictions: d.prepared_evictions,
+                sequence_discards: d.sequence_discards,
             });
             while h.windows.len() > KEEP {
                 h.windows.pop_front();

@@ -19,6 +19,8 @@ pub struct Window {
     pub queries: u64,
     /// Statements the per-server prepared-statement caches closed to make room.
     pub evictions: u64,
+    /// Requests reading currval() / lastval() sent behind a DISCARD SEQUENCES.
+    pub sequence_discards: u64,
 }
 
 impl Window {
@@ -279,6 +281,24 @@ pub fn pool_findings(f: &PoolFacts, windows: &[Window]) -> Vec<Finding> {
         ));
     }
 
+    // Inserted ids read back in a transaction of their own, on servers other clients used since.
+    let discards: u64 = recent.iter().map(|w| w.sequence_discards).sum();
+    if f.pooled && discards > 0 {
+        out.push(finding(
+            "sequence_reads_discarded",
+            format!(
+                "{discards} requests over the last {} stats periods read currval() or lastval() \
+                 on a server whose sequence values were another client's: they were sent \
+                 behind DISCARD SEQUENCES, and get the client's own value only when the request \
+                 made one, else 55000 (\"not yet defined in this session\")",
+                recent.len()
+            ),
+            "(the application: read an inserted id with INSERT ... RETURNING, or in the \
+             insert's transaction; or use a session-mode pool for these clients)"
+                .to_string(),
+        ));
+    }
+
     if f.pinned > 0 {
         let kinds: Vec<String> = f
             .pinned_by
@@ -355,6 +375,7 @@ mod tests {
             clients,
             queries: 100,
             evictions: 0,
+            sequence_discards: 0,
         }
     }
 
@@ -379,6 +400,24 @@ mod tests {
         assert!(f.is_empty(), "{f:?}");
         // One window is not enough to call a pool too small.
         assert!(pool_findings(&facts(2), &[w(2.0, 9.0, 2, 12)]).is_empty());
+    }
+
+    #[test]
+    fn sequence_reads_on_other_clients_servers_are_found() {
+        let mut windows = [w(1.0, 0.0, 2, 2), w(1.2, 0.01, 2, 2), w(0.9, 0.0, 2, 2)];
+        windows[1].sequence_discards = 4;
+        windows[2].sequence_discards = 3;
+        let found = pool_findings(&facts(5), &windows);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].rule, "sequence_reads_discarded");
+        assert!(found[0]
+            .evidence
+            .starts_with("7 requests over the last 3 stats periods"));
+        assert!(found[0].change.contains("INSERT ... RETURNING"));
+        // Session pooling keeps the session: the counter stays 0 there, and no finding is made.
+        let mut session = facts(5);
+        session.pooled = false;
+        assert!(pool_findings(&session, &windows).is_empty());
     }
 
     #[test]
@@ -440,6 +479,7 @@ mod more_tests {
             clients: 40,
             queries: 100,
             evictions,
+            sequence_discards: 0,
         }
     }
 
