@@ -6,6 +6,7 @@
 mod bound;
 mod classify;
 mod do_block;
+mod fast;
 mod kind;
 pub mod lexer;
 pub mod policy;

@@ -78,7 +78,7 @@ fn shortcut_stops_at_every_offset() {
     }
     // The scan itself: one byte of interest at every place of texts of every length around the
     // block size, in whole blocks and in the tail.
-    use super::super::classify::next_interesting;
+    use super::super::fast::next_interesting;
     for len in 0..40 {
         let mut text = vec![b'x'; len];
         assert_eq!(next_interesting(&text), None, "len {len}");
