@@ -43,6 +43,7 @@ fuzz_target!(|data: &[u8]| {
         peer_user: (flags & 16 != 0).then_some("root"),
         database: if flags & 32 != 0 { "app" } else { "alice" },
         user: "alice",
+        physical_replication: flags & 64 != 0,
     };
     let (rule, _verdict) = rules.evaluate(idents.as_ref(), &req);
     if let Some(rule) = rule {

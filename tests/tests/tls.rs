@@ -294,6 +294,84 @@ fn client_certificates_and_auth_type_cert() {
     assert!(err.contains("certificate"), "{err}");
 }
 
+/// `clientcert=` on hba lines (PostgreSQL 14+): verify-ca lets in only a client with a certificate
+/// that client_tls_ca_file verifies, verify-full only one whose CN is the user, and the line's own
+/// method still runs after that (its password asked for). Before, the option was read and ignored:
+/// a `trust clientcert=verify-ca` line let in anyone over TLS.
+#[test]
+fn hba_clientcert_is_enforced() {
+    let hba = "\
+hostssl ca_db   all 127.0.0.1/32 trust clientcert=verify-ca
+hostssl full_db all 127.0.0.1/32 md5   clientcert=verify-full
+host    all     all 127.0.0.1/32 reject
+";
+    let dbs = "ca_db = host={pg_host} port={pg_port} dbname=app\n\
+               full_db = host={pg_host} port={pg_port} dbname=app";
+    let s = builder(&ini(
+        "auth_type = hba\nauth_hba_file = {dir}/hba.conf\nclient_tls_sslmode = prefer\n\
+         client_tls_ca_file = {dir}/ca.crt\nserver_tls_sslmode = disable\n",
+        dbs,
+    ))
+    .file("hba.conf", hba)
+    .start();
+    let c = Certs::get();
+    let dir = s.dir.path().to_path_buf();
+    for (name, pem) in [
+        ("md5_user", &c.client_md5_user),
+        ("trust_user", &c.client_trust_user),
+    ] {
+        write_private(&dir.join(format!("{name}.crt")), &pem.cert);
+        write_private(&dir.join(format!("{name}.key")), &pem.key);
+    }
+    let run = |user: &str, db: &str, cert: Option<&str>| {
+        let cert = cert.map_or(String::new(), |c| {
+            format!("sslcert={0}/{c}.crt sslkey={0}/{c}.key", dir.display())
+        });
+        let conn = verify_full_conn(&s, user, db, &format!("password=md5_pass {cert}"));
+        let (st, out, err) = psql_cmd(&conn, "SELECT current_user");
+        if st.success() {
+            Ok(out.trim().to_string())
+        } else {
+            Err(err)
+        }
+    };
+    // verify-ca: any verified certificate, none refused.
+    assert_eq!(
+        run("md5_user", "ca_db", Some("trust_user")).as_deref(),
+        Ok("md5_user")
+    );
+    let err = run("md5_user", "ca_db", None).unwrap_err();
+    assert!(
+        err.contains("connection requires a valid client certificate"),
+        "{err}\n{}",
+        s.log()
+    );
+    // verify-full: the CN must be the user; then md5 runs (the right password is given).
+    assert_eq!(
+        run("md5_user", "full_db", Some("md5_user")).as_deref(),
+        Ok("md5_user")
+    );
+    let err = run("md5_user", "full_db", Some("trust_user")).unwrap_err();
+    assert!(
+        err.contains("certificate authentication failed for user \"md5_user\""),
+        "{err}"
+    );
+    let err = run("md5_user", "full_db", None).unwrap_err();
+    assert!(
+        err.contains("connection requires a valid client certificate"),
+        "{err}"
+    );
+    let log = s.log();
+    assert!(
+        log.contains("clientcert=verify-full: certificate authentication failed: \"trust_user\" may not log in as \"md5_user\""),
+        "{log}"
+    );
+    assert!(
+        log.contains("no valid client certificate (clientcert=verify-ca)"),
+        "{log}"
+    );
+}
+
 #[tokio::test]
 async fn direct_tls_requires_alpn_postgresql() {
     let s = builder(&ini(

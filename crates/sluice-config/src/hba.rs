@@ -2,10 +2,12 @@
 //! `@file` includes come from a loader, so it can be fuzzed and tested without files.
 //!
 //! Supported: line kinds local, host, hostssl, hostnossl; database and user lists (commas, `all`,
-//! `sameuser` for databases, quoted names, `@file` relative to the hba file); addresses as CIDR,
-//! address + mask, or `all`; methods trust, reject, md5, password, scram-sha-256, cert, peer;
-//! option `map=` (ident map, see `ident.rs`). Refused with a clear error: `+group`, samerole,
-//! samegroup, replication, host names, samehost/samenet, other methods.
+//! `sameuser` and `replication` for databases, quoted names, `@file` relative to the hba file);
+//! addresses as CIDR, address + mask, or `all`; methods trust, reject, md5, password,
+//! scram-sha-256, cert, peer; options `map=` (ident map, see `ident.rs`), `clientcert=` and
+//! `clientname=CN`. Refused with a clear error: `+group`, samerole, samegroup, host names,
+//! samehost/samenet, other methods, other options (PostgreSQL's own answer to an option it does
+//! not know: a line whose condition would be dropped must not load as a weaker line).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -66,6 +68,9 @@ pub struct NameList {
     pub all: bool,
     /// `sameuser` (database column only): the database named like the user.
     pub same_user: bool,
+    /// `replication` (database column only): physical replication connections, which no other
+    /// word of the column matches (PostgreSQL's rule).
+    pub replication: bool,
     /// Literal names (quoted names, and names read from `@file`s).
     pub names: Vec<String>,
 }
@@ -74,6 +79,17 @@ impl NameList {
     /// Whether `name` matches; `user` is the connecting user (for `sameuser`).
     pub fn matches(&self, name: &str, user: &str) -> bool {
         self.all || (self.same_user && name == user) || self.names.iter().any(|n| n == name)
+    }
+
+    /// The database column: a physical replication connection (`replication=true`) names no
+    /// database and matches only `replication`; any other connection (a logical one included)
+    /// matches by name, `all` and `sameuser`, never `replication`.
+    pub fn matches_database(&self, name: &str, user: &str, physical_replication: bool) -> bool {
+        if physical_replication {
+            self.replication
+        } else {
+            self.matches(name, user)
+        }
     }
 }
 
@@ -100,8 +116,27 @@ pub struct HbaRule {
     pub method: HbaMethod,
     /// `map=` option: ident map name for peer and cert.
     pub map: Option<String>,
-    /// Other `name=value` options, accepted and ignored (e.g. clientcert=).
-    pub ignored_options: Vec<String>,
+    /// `clientcert=`: a client certificate the line requires besides its method.
+    pub client_cert: Option<ClientCert>,
+}
+
+/// The `clientcert=` option (PostgreSQL 14+): what a `hostssl` line asks of the client's
+/// certificate before its method runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCert {
+    /// `verify-ca`: a certificate that client_tls_ca_file verifies.
+    VerifyCa,
+    /// `verify-full`: that, and its CN is the user (or `map=` allows it, on cert lines).
+    VerifyFull,
+}
+
+impl ClientCert {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientCert::VerifyCa => "verify-ca",
+            ClientCert::VerifyFull => "verify-full",
+        }
+    }
 }
 
 impl HbaRule {
@@ -222,12 +257,26 @@ fn parse_line(
             .into());
     }
     let mut map = None;
-    let mut ignored_options = Vec::new();
+    let mut client_cert = None;
     while pos < tokens.len() {
         let (opt, _) = take_word(tokens, &mut pos).ok_or("unexpected ',' after the method")?;
         match opt.split_once('=') {
             Some(("map", v)) if !v.is_empty() => map = Some(v.to_string()),
-            Some((k, _)) if !k.is_empty() => ignored_options.push(opt.clone()),
+            Some(("clientcert", v)) => client_cert = Some(clientcert(v, conn, method)?),
+            // The CN is what cert lines and clientcert=verify-full compare; DN is not read.
+            Some(("clientname", v)) if v.eq_ignore_ascii_case("CN") => {}
+            Some(("clientname", v)) => {
+                return Err(format!(
+                    "clientname={v} is not supported (the certificate's CN is matched)"
+                )
+                .into())
+            }
+            Some((k, _)) if !k.is_empty() => {
+                return Err(format!(
+                    "unsupported authentication option \"{k}\" (supported: map, clientcert, clientname=CN)"
+                )
+                .into())
+            }
             _ => return Err(format!("invalid option \"{opt}\" (expected name=value)").into()),
         }
     }
@@ -243,8 +292,29 @@ fn parse_line(
         address,
         method,
         map,
-        ignored_options,
+        client_cert,
     })
+}
+
+/// `clientcert=`'s value, with PostgreSQL's rules: `hostssl` lines only, and a `cert` line
+/// (which verifies the name anyway) takes only `verify-full`.
+fn clientcert(v: &str, conn: HbaConnType, method: HbaMethod) -> Result<ClientCert, LineError> {
+    let c = match v {
+        "verify-ca" => ClientCert::VerifyCa,
+        "verify-full" => ClientCert::VerifyFull,
+        _ => {
+            return Err(
+                format!("invalid value for clientcert: \"{v}\" (verify-ca or verify-full)").into(),
+            )
+        }
+    };
+    if conn != HbaConnType::HostSsl {
+        return Err("clientcert can only be configured for hostssl lines".into());
+    }
+    if method == HbaMethod::Cert && c != ClientCert::VerifyFull {
+        return Err("clientcert only accepts verify-full with cert authentication".into());
+    }
+    Ok(c)
 }
 
 /// Build a name list from a column's words; `@file` items are read through `loader`.
@@ -276,7 +346,8 @@ fn add_names(
         match word.as_str() {
             "all" => list.all = true,
             "sameuser" if is_db => list.same_user = true,
-            "samerole" | "samegroup" | "replication" if is_db => {
+            "replication" if is_db => list.replication = true,
+            "samerole" | "samegroup" if is_db => {
                 return Err(format!("database keyword \"{word}\" is not supported").into())
             }
             w if w.starts_with('+') => {

@@ -1,10 +1,10 @@
 //! Evaluating hba rules for one connection: a pure function of the connection's facts (kind,
-//! address, TLS, certificate CN, Unix peer user, database, user) to a verdict. First matching line
-//! wins; no matching line means reject.
+//! address, TLS, certificate CN, Unix peer user, database, user, physical replication) to a
+//! verdict. First matching line wins; no matching line means reject.
 
 use std::net::IpAddr;
 
-use crate::hba::{HbaConnType, HbaMethod, HbaRule, HbaRules};
+use crate::hba::{ClientCert, HbaConnType, HbaMethod, HbaRule, HbaRules};
 use crate::ident::IdentMaps;
 
 /// Where a client connected from.
@@ -28,6 +28,8 @@ pub struct HbaRequest<'a> {
     /// The database name the client asked for.
     pub database: &'a str,
     pub user: &'a str,
+    /// `replication=true` (physical): only `replication` in the database column matches.
+    pub physical_replication: bool,
 }
 
 /// What the pooler must do with the client.
@@ -41,6 +43,9 @@ pub enum HbaVerdict {
     Identified,
     /// Refuse; the text says why (for the log, not for the client).
     Refuse(String),
+    /// Refused by the line's `clientcert=`: no certificate, or (verify-full) its CN is not the
+    /// user. The text says why (for the log).
+    CertificateRequired(String),
 }
 
 impl HbaRules {
@@ -62,6 +67,9 @@ impl HbaRules {
             );
         };
         let at = rule.location();
+        if let Some(refused) = client_cert_refusal(rule, idents, req) {
+            return (Some(rule), refused);
+        }
         let verdict = match rule.method {
             HbaMethod::Trust => HbaVerdict::Trust,
             HbaMethod::Reject => HbaVerdict::Refuse(format!("rejected by hba line {at}")),
@@ -86,6 +94,32 @@ impl HbaRules {
         };
         (Some(rule), verdict)
     }
+}
+
+/// The line's `clientcert=`, checked before its method (as PostgreSQL does for verify-ca; for
+/// verify-full the name is checked here too, before any password is asked for). A certificate
+/// is only ever at hand verified (client_tls_ca_file); without one the line refuses.
+fn client_cert_refusal(
+    rule: &HbaRule,
+    idents: Option<&IdentMaps>,
+    req: &HbaRequest<'_>,
+) -> Option<HbaVerdict> {
+    let need = rule.client_cert?;
+    let at = rule.location();
+    let Some(cn) = req.cert_cn.filter(|_| req.is_tls) else {
+        return Some(HbaVerdict::CertificateRequired(format!(
+            "the connection has no valid client certificate (clientcert={}), hba line {at}",
+            need.as_str()
+        )));
+    };
+    if need == ClientCert::VerifyFull && rule.method != HbaMethod::Cert {
+        if let HbaVerdict::Refuse(why) = identify(rule, idents, cn, req.user, "certificate") {
+            return Some(HbaVerdict::CertificateRequired(format!(
+                "clientcert=verify-full: {why}"
+            )));
+        }
+    }
+    None
 }
 
 /// Peer/cert: the external identity must equal the user, or the rule's ident map must permit it.
@@ -126,6 +160,8 @@ fn rule_applies(rule: &HbaRule, req: &HbaRequest<'_>) -> bool {
         (ClientAddr::Ip(ip), _) => rule.address.is_some_and(|a| a.contains(ip)),
     };
     addr_ok
-        && rule.databases.matches(req.database, req.user)
+        && rule
+            .databases
+            .matches_database(req.database, req.user, req.physical_replication)
         && rule.users.matches(req.user, req.user)
 }

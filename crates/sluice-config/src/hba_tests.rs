@@ -43,6 +43,7 @@ fn req<'a>(addr: ClientAddr, db: &'a str, user: &'a str) -> HbaRequest<'a> {
         peer_user: None,
         database: db,
         user,
+        physical_replication: false,
     }
 }
 
@@ -321,16 +322,105 @@ fn cert_needs_tls_and_matching_cn() {
     ));
 }
 
+/// PostgreSQL's rule, which PgBouncer 1.25.2 follows (compared side by side in
+/// tests/tests/parity/replication.rs): a physical replication connection matches only lines whose
+/// database column says `replication`; every other connection, a logical one included, matches
+/// by name, `all` and `sameuser`, never `replication`; a quoted "replication" is a database name.
+#[test]
+fn replication_keyword_matches_physical_replication_only() {
+    let rules = parse(
+        "host all all 10.0.0.0/8 reject\n\
+         host replication,app repl 10.0.0.0/8 md5\n\
+         host \"replication\" all all trust\n\
+         host all all all scram-sha-256\n",
+    );
+    assert!(rules.rules[1].databases.replication);
+    assert!(!rules.rules[2].databases.replication);
+    let physical = |addr: &'static str, db: &'static str, user: &'static str| HbaRequest {
+        physical_replication: true,
+        ..req(ip(addr), db, user)
+    };
+    // `all` (line 1) does not match a physical connection; `replication` (line 2) does.
+    assert_eq!(line_of(&rules, &physical("10.1.1.1", "app", "repl")), 2);
+    assert_eq!(line_of(&rules, &physical("10.1.1.1", "x", "repl")), 2);
+    // Not the user of line 2, and line 4's `all` is not `replication`: no line.
+    assert_eq!(line_of(&rules, &physical("10.1.1.1", "app", "other")), 0);
+    // Nor does a quoted "replication" (a database of that name).
+    assert_eq!(line_of(&rules, &physical("192.0.2.1", "x", "repl")), 0);
+    // Ordinary and logical connections: by name; `replication` never matches them.
+    assert_eq!(line_of(&rules, &req(ip("10.1.1.1"), "app", "repl")), 1);
+    assert_eq!(line_of(&rules, &req(ip("192.0.2.1"), "app", "repl")), 4);
+    assert_eq!(
+        line_of(&rules, &req(ip("192.0.2.1"), "replication", "u")),
+        3
+    );
+    // A database named like the keyword, unquoted in the file, is the keyword.
+    let kw = parse("host replication all all trust\n");
+    assert_eq!(line_of(&kw, &req(ip("192.0.2.1"), "replication", "u")), 0);
+    // `sameuser` is a name rule: physical connections skip it.
+    let same = parse("host sameuser all all trust\n");
+    assert_eq!(line_of(&same, &physical("192.0.2.1", "u", "u")), 0);
+}
+
+/// `clientcert=` (PostgreSQL 14+) on hostssl lines: verify-ca wants a verified certificate,
+/// verify-full also its CN to be the user; the method runs only after that. A line loaded with
+/// its condition dropped would let in what the file refuses, so nothing here is ignored.
+#[test]
+fn clientcert_is_enforced_before_the_method() {
+    let rules = parse(
+        "hostssl ca_db all all trust clientcert=verify-ca\n\
+         hostssl full_db all all scram-sha-256 clientcert=verify-full\n\
+         hostssl cert_db all all cert clientcert=verify-full clientname=CN\n",
+    );
+    let lo = ip("127.0.0.1");
+    let conn = |db: &'static str, cn: Option<&'static str>, user: &'static str| HbaRequest {
+        is_tls: true,
+        cert_cn: cn,
+        ..req(lo, db, user)
+    };
+    let refused = |v: HbaVerdict, want: &str| match v {
+        HbaVerdict::CertificateRequired(why) => assert!(why.contains(want), "{why}"),
+        v => panic!("want a certificate refusal ({want}), got {v:?}"),
+    };
+    refused(
+        rules.evaluate(None, &conn("ca_db", None, "u")).1,
+        "no valid client certificate (clientcert=verify-ca), hba line",
+    );
+    assert_eq!(
+        rules.evaluate(None, &conn("ca_db", Some("anyone"), "u")).1,
+        HbaVerdict::Trust
+    );
+    refused(
+        rules.evaluate(None, &conn("full_db", None, "u")).1,
+        "clientcert=verify-full",
+    );
+    refused(
+        rules.evaluate(None, &conn("full_db", Some("v"), "u")).1,
+        "clientcert=verify-full: certificate authentication failed: \"v\" may not log in as \"u\"",
+    );
+    assert_eq!(
+        rules.evaluate(None, &conn("full_db", Some("u"), "u")).1,
+        HbaVerdict::Password(HbaMethod::ScramSha256)
+    );
+    assert_eq!(
+        rules.evaluate(None, &conn("cert_db", Some("u"), "u")).1,
+        HbaVerdict::Identified
+    );
+    // A certificate name without TLS is never taken.
+    let plain = HbaRequest {
+        cert_cn: Some("u"),
+        ..req(lo, "ca_db", "u")
+    };
+    assert_eq!(line_of(&rules, &plain), 0);
+}
+
 #[test]
 fn options_and_continuation() {
     let rules = parse(
         "hostssl all all all \\\n  cert map=certmap clientcert=verify-full\nlocal all all trust\n",
     );
     assert_eq!(rules.rules[0].map.as_deref(), Some("certmap"));
-    assert_eq!(
-        rules.rules[0].ignored_options,
-        vec!["clientcert=verify-full"]
-    );
+    assert_eq!(rules.rules[0].client_cert, Some(ClientCert::VerifyFull));
     assert_eq!(rules.rules[1].line, 3);
 }
 
@@ -374,8 +464,24 @@ fn errors_name_file_and_line() {
             "database keyword \"samerole\" is not supported",
         ),
         (
-            "host replication all all md5\n",
-            "database keyword \"replication\"",
+            "host all all all md5 clientcert=verify-ca\n",
+            "1: clientcert can only be configured for hostssl lines",
+        ),
+        (
+            "hostssl all all all cert clientcert=verify-ca\n",
+            "1: clientcert only accepts verify-full with cert authentication",
+        ),
+        (
+            "hostssl all all all md5 clientcert=1\n",
+            "1: invalid value for clientcert: \"1\"",
+        ),
+        (
+            "hostssl all all all cert clientname=DN\n",
+            "1: clientname=DN is not supported",
+        ),
+        (
+            "host all all all md5 pamservice=x\n",
+            "1: unsupported authentication option \"pamservice\"",
         ),
         (
             "host all all all peer\n",

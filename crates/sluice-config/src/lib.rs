@@ -37,8 +37,8 @@ pub use database::DatabaseEntry;
 pub use diff::{diff, ReloadDiff};
 pub use error::{ConfigError, SetError};
 pub use hba::{
-    load_hba, parse_hba, HbaAddress, HbaConnType, HbaMethod, HbaRule, HbaRules, IncludeLoader,
-    NameList,
+    load_hba, parse_hba, ClientCert, HbaAddress, HbaConnType, HbaMethod, HbaRule, HbaRules,
+    IncludeLoader, NameList,
 };
 pub use hba_match::{ClientAddr, HbaRequest, HbaVerdict};
 pub use ident::{load_ident, parse_ident, IdentMaps};

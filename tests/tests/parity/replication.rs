@@ -559,6 +559,94 @@ async fn replication_clients_match_pgbouncer() {
     report(&side_by_side(a, b), 21 + 1);
 }
 
+/// An auth_hba_file with `replication` lines, as PostgreSQL's own pg_hba.conf has them: a physical
+/// replication connection matches only `replication` lines (not `all`), every other connection
+/// (a logical one included) only lines that name its database or say `all`.
+const REPLICATION_HBA: &str = "\
+local   all          all                       trust
+local   replication  all                       trust
+host    all          trust_user  127.0.0.1/32  trust
+host    replication  repl_user   127.0.0.1/32  trust
+host    replication  all         127.0.0.1/32  reject
+host    all          repl_user   127.0.0.1/32  trust
+host    all          all         127.0.0.1/32  reject
+";
+
+/// Which line each kind of connection met: its answer when let in, `refused` when not (the two
+/// poolers word a refusal differently: docs/compat.md, auth_type = hba).
+async fn hba_lines(port: u16) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let kinds: [(&str, Option<&str>, &str); 3] = [
+        ("physical", Some("true"), "IDENTIFY_SYSTEM"),
+        ("logical", Some("database"), "IDENTIFY_SYSTEM"),
+        ("ordinary", None, "SELECT current_user"),
+    ];
+    for (kind, replication, sql) in kinds {
+        for user in ["repl_user", "trust_user", "admin"] {
+            // trust_user has no REPLICATION attribute: PostgreSQL itself would refuse its
+            // logical login, and the poolers word that differently too.
+            if kind == "logical" && user != "repl_user" {
+                continue;
+            }
+            let mut p = vec![("user", user), ("database", "app")];
+            if let Some(r) = replication {
+                p.push(("replication", r));
+            }
+            let answer = match open(port, &p).await {
+                Ok(mut c) => {
+                    let a = query(&mut c, sql).await;
+                    if sql == "IDENTIFY_SYSTEM" {
+                        identify(&a)
+                    } else {
+                        a
+                    }
+                }
+                Err(e) => format!("refused ({e})"),
+            };
+            let refused = answer.starts_with("refused");
+            out.push((
+                format!("hba {kind} {user}"),
+                if refused { "refused".into() } else { answer },
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hba_replication_lines_match_as_in_pgbouncer() {
+    let extra = "auth_type = hba\nauth_hba_file = {hba}\npool_mode = transaction";
+    let files = [("hba.conf", REPLICATION_HBA)];
+    // Before, Sluice refused this file at startup (`database keyword "replication" is not
+    // supported`): PostgreSQL's default pg_hba.conf has such lines.
+    let sl = Sluice::builder(&Sluice::basic_ini(
+        extra,
+        &DBS.replace("{pg_host}", "127.0.0.1"),
+    ))
+    .userlist(USERS)
+    .file("hba.conf", REPLICATION_HBA)
+    .start();
+    let b = hba_lines(sl.port).await;
+    eprintln!("Sluice: {b:#?}");
+    let got = |name: &str| b.iter().find(|r| r.0 == name).unwrap().1.clone();
+    assert_eq!(got("hba physical repl_user"), "4 columns, dbname NULL");
+    assert_eq!(
+        got("hba physical trust_user"),
+        "refused",
+        "`all` matched it"
+    );
+    assert_eq!(got("hba physical admin"), "refused");
+    assert_eq!(got("hba logical repl_user"), "4 columns, dbname app");
+    assert_eq!(got("hba ordinary repl_user"), "repl_user");
+    assert_eq!(got("hba ordinary trust_user"), "trust_user");
+    assert_eq!(got("hba ordinary admin"), "refused");
+    let Some(pgb) = Anchor::start_with(extra, DBS, USERS, &files) else {
+        return;
+    };
+    let a = hba_lines(pgb.port).await;
+    report(&side_by_side(a, b), 7);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replication_client_evicts_an_idle_server_as_pgbouncer_does() {
     let extra = format!("{BASE}\ndefault_pool_size = 1");

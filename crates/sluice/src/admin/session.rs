@@ -67,6 +67,7 @@ pub async fn login(
             user: &info.user,
             database: &info.database,
             db: None,
+            physical_replication: false,
         };
         authenticate(app, client, &req).await?;
         let cfg = app.config();

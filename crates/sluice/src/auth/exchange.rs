@@ -35,6 +35,8 @@ pub struct AuthRequest<'a> {
     /// Its [databases] entry; None for the admin console (the global auth_user applies) or an
     /// unknown database (no auth_query).
     pub db: Option<&'a DatabaseEntry>,
+    /// `replication=true`: hba rules match it by their `replication` keyword only.
+    pub physical_replication: bool,
 }
 
 /// A verified client.
@@ -90,7 +92,13 @@ pub async fn authenticate(
         AuthType::Plain => Ok(Exchange::Plain),
         AuthType::Md5 => Ok(Exchange::Md5),
         AuthType::ScramSha256 => Ok(Exchange::Scram),
-        AuthType::Hba => hba_method(app, client, req.user, req.database),
+        AuthType::Hba => hba_method(
+            app,
+            client,
+            req.user,
+            req.database,
+            req.physical_replication,
+        ),
         AuthType::Cert => super::cert::method(client, req.user),
         other => refuse(
             ClientNotice::new(

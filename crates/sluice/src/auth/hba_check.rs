@@ -54,8 +54,15 @@ fn peer_os_user(stream: &Stream) -> Option<String> {
         .map(|u| u.name)
 }
 
-/// The method the hba file assigns to this connection.
-pub fn hba_method(app: &App, client: &ClientConn, user: &str, database: &str) -> Method {
+/// The method the hba file assigns to this connection (`physical_replication`: the client asked
+/// for `replication=true`, which only `replication` lines match).
+pub fn hba_method(
+    app: &App,
+    client: &ClientConn,
+    user: &str,
+    database: &str,
+    physical_replication: bool,
+) -> Method {
     let addr = match &client.peer {
         PeerAddr::Unix { .. } => ClientAddr::Unix,
         PeerAddr::Tcp(a) => ClientAddr::Ip(a.ip()),
@@ -82,6 +89,7 @@ pub fn hba_method(app: &App, client: &ClientConn, user: &str, database: &str) ->
         peer_user: peer_user.as_deref(),
         database,
         user,
+        physical_replication,
     };
     let (rule, verdict) = set.rules.evaluate(set.idents.as_ref(), &req);
     match verdict {
@@ -93,6 +101,16 @@ pub fn hba_method(app: &App, client: &ClientConn, user: &str, database: &str) ->
             Some(HbaMethod::Cert) => "certificate",
             _ => "peer",
         })),
+        HbaVerdict::CertificateRequired(why) => refuse(
+            ClientNotice::new(
+                sqlstate::INVALID_AUTHORIZATION,
+                match req.cert_cn {
+                    None => "connection requires a valid client certificate".to_string(),
+                    Some(_) => format!("certificate authentication failed for user \"{user}\""),
+                },
+            ),
+            why,
+        ),
         HbaVerdict::Refuse(why) => match rule.map(|r| r.method) {
             None => refuse_no_entry(&where_from, user, database, &why),
             Some(HbaMethod::Reject) => refuse(

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
-use sluice_config::{load_hba, load_ident, AuthType, ConfigError, HbaRules, IdentMaps, Settings};
+use sluice_config::{
+    load_hba, load_ident, AuthType, ConfigError, HbaMethod, HbaRules, IdentMaps, Settings,
+};
 
 /// Rules and ident maps that are used together.
 #[derive(Debug)]
@@ -62,9 +64,16 @@ fn read(settings: &Settings) -> Result<HbaSet, ConfigError> {
         Some(f) if !f.is_empty() => Some(load_ident(Path::new(f))?),
         _ => None,
     };
-    for rule in &rules.rules {
-        for opt in &rule.ignored_options {
-            tracing::debug!("{}: hba option {opt} is ignored", rule.location());
+    if settings.client_tls_ca_file.trim().is_empty() {
+        // Without a CA no client certificate is asked for: such a line refuses every login.
+        for rule in &rules.rules {
+            if rule.client_cert.is_some() || rule.method == HbaMethod::Cert {
+                tracing::warn!(
+                    "{}: the line needs a client certificate, and client_tls_ca_file is not set \
+                     (no certificate is asked for): it refuses every login it matches",
+                    rule.location()
+                );
+            }
         }
     }
     Ok(HbaSet { rules, idents })

@@ -11,7 +11,7 @@ use super::limits::Admitted;
 use super::registry::ClientEntry;
 use super::replication;
 use super::session::Session;
-use super::startup::StartupInfo;
+use super::startup::{Replication, StartupInfo};
 use crate::app::App;
 use crate::auth::exchange::{authenticate, AuthRequest};
 use crate::conn::{ClientConn, EndReason};
@@ -52,6 +52,7 @@ pub fn login<'a>(
                 user: &info.user,
                 database: &info.database,
                 db: db.as_deref(),
+                physical_replication: info.replication == Replication::Physical,
             };
             let auth = authenticate(app, client, &req).await?;
             let Some(db) = db else {
