@@ -555,6 +555,18 @@ async fn md5_secret_with_scram_auth_type_fails_like_a_wrong_password() {
         login_err(&s, "md5_user", "md5_pass", "app").await,
         ("08P01".to_string(), sasl_failed())
     );
+    // The client hears what any failure says; the operator's log says why (as PgBouncer's
+    // "user has MD5 secret").
+    let why = "the user's stored secret is md5, which cannot verify SCRAM-SHA-256";
+    let mut log = s.log();
+    for _ in 0..50 {
+        if log.contains(why) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        log = s.log();
+    }
+    assert!(log.contains(why), "{log}");
 }
 
 #[tokio::test]

@@ -204,10 +204,24 @@ async fn run(
                     .await
                     .map(|_| known(Some(StoredSecret::Plain(p))))
             }
-            // md5 secrets cannot verify SCRAM; run the mock so the failure looks like any other.
-            Some(StoredSecret::Md5(_)) | None => {
-                Box::pin(scram(app, client, user, None, false)).await
+            // md5 secrets cannot verify SCRAM; run the mock so the failure looks like any other
+            // to the client, and tell the operator why (PgBouncer logs "user has MD5 secret").
+            Some(StoredSecret::Md5(_)) => {
+                let end = Box::pin(scram(app, client, user, None, false))
+                    .await
+                    .err()
+                    .unwrap_or_else(sasl_failed);
+                return Err(Failure {
+                    detail: matches!(end, EndReason::Error(_)).then(|| {
+                        "SCRAM authentication failed: the user's stored secret is md5, which \
+                         cannot verify SCRAM-SHA-256 (store a SCRAM or plaintext secret, or \
+                         let md5 lines serve the user)"
+                            .to_string()
+                    }),
+                    end,
+                });
             }
+            None => Box::pin(scram(app, client, user, None, false)).await,
         },
         Exchange::Any => Err(auth_failed(user)),
     }?;
