@@ -173,12 +173,12 @@ fn unsupported_only_when_not_default() {
     .unwrap();
     assert!(cfg.unsupported.is_empty());
     let cfg = parse_str(
-        "[pgbouncer]\ndns_zone_check_period = 30\nclient_tls_ecdhcurve = prime256v1\n",
+        "[pgbouncer]\ndns_zone_check_period = 30\nclient_tls_dheparams = none\n",
         "u.ini",
     )
     .unwrap();
     let keys: Vec<_> = cfg.unsupported.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(keys, vec!["dns_zone_check_period", "client_tls_ecdhcurve"]);
+    assert_eq!(keys, vec!["dns_zone_check_period", "client_tls_dheparams"]);
 }
 
 #[test]

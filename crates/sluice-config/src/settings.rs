@@ -35,7 +35,7 @@ declare_settings! {
         client_tls_cert_file: String = "", reloadable(Tls), supported, "Certificate presented to clients.";
         client_tls_ciphers: String = "default", reloadable(Tls), supported, "TLS 1.2 cipher suites for client connections: default/secure/fast/normal/all = all rustls offers, or a list of suite names (see docs/tls.md).";
         client_tls_dheparams: String = "auto", reloadable(Tls), unsupported, "DH parameters for client connections: none, auto, legacy.";
-        client_tls_ecdhcurve: String = "auto", reloadable(Tls), unsupported, "ECDH curve for client connections: none, auto or a curve name.";
+        client_tls_ecdhcurve: String = "auto", reloadable(Tls), supported, "ECDH curves offered to clients: auto (X25519, P-256, P-384), or the curve names allowed, separated by : or , (x25519, prime256v1, secp384r1; see docs/tls.md); none is ignored (rustls has no key exchange without ECDHE).";
         client_tls_key_file: String = "", reloadable(Tls), supported, "Private key for client_tls_cert_file.";
         client_tls_protocols: String = "secure", reloadable(Tls), supported, "TLS protocol versions allowed for clients: secure/all = TLS 1.2 and 1.3, or tlsv1.2, tlsv1.3 (rustls has no TLS 1.0/1.1).";
         client_tls_sslmode: TlsMode = "disable", reloadable(Tls), supported, "TLS mode for client connections: disable, allow, prefer, require (TLS mandatory), verify-ca, verify-full (also a client certificate signed by client_tls_ca_file).";

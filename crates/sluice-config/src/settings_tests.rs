@@ -216,6 +216,7 @@ const SUPPORTED: &[&str] = &[
     "client_tls_protocols",
     "client_tls_ciphers",
     "client_tls13_ciphers",
+    "client_tls_ecdhcurve",
     "server_tls_sslmode",
     "server_tls_ca_file",
     "server_tls_key_file",

@@ -167,7 +167,7 @@ pub struct TlsFacts {
     pub peer_cert_cn: Option<String>,
     /// tls-server-end-point data of our certificate, for SCRAM-SHA-256-PLUS.
     pub channel_binding: Option<Vec<u8>>,
-    /// PgBouncer's `tls` column text ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519").
+    /// PgBouncer's `tls` column text ("TLSv1.3/TLS_AES_256_GCM_SHA384", "TLSv1.2/.../ECDH=X25519").
     pub description: String,
 }
 

@@ -76,7 +76,7 @@ pub struct ClientEntry {
     /// Our end of a TCP connection.
     pub local_addr: OnceLock<SocketAddr>,
     pub application_name: OnceLock<String>,
-    /// SHOW CLIENTS `tls` ("TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519"); unset for plaintext.
+    /// SHOW CLIENTS `tls` ("TLSv1.3/TLS_AES_256_GCM_SHA384", "TLSv1.2/.../ECDH=X25519"); unset for plaintext.
     pub tls: OnceLock<String>,
     /// SHOW CLIENTS `replication`: `logical` or `physical` for a replication client; unset: `none`.
     pub replication: OnceLock<&'static str>,

@@ -7,8 +7,11 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::versions::openssl_name;
 
-/// "TLSv1.3/TLS_AES_256_GCM_SHA384/ECDH=X25519", as PgBouncer prints it (OpenSSL names).
+/// "TLSv1.2/ECDHE-RSA-AES256-GCM-SHA384/ECDH=prime256v1" or "TLSv1.3/TLS_AES_256_GCM_SHA384",
+/// as PgBouncer 1.25.2 prints it (OpenSSL names): the key exchange group only for TLS 1.2, on
+/// both legs (compared side by side, 2026-11-29).
 pub fn describe(state: &CommonState) -> String {
+    let tls12 = state.protocol_version() == Some(ProtocolVersion::TLSv1_2);
     let version = match state.protocol_version() {
         Some(ProtocolVersion::TLSv1_3) => "TLSv1.3".to_string(),
         Some(ProtocolVersion::TLSv1_2) => "TLSv1.2".to_string(),
@@ -20,7 +23,7 @@ pub fn describe(state: &CommonState) -> String {
         .map(|s| openssl_name(s.suite()))
         .unwrap_or_default();
     let mut out = format!("{version}/{suite}");
-    if let Some(g) = state.negotiated_key_exchange_group() {
+    if let Some(g) = state.negotiated_key_exchange_group().filter(|_| tls12) {
         let name = match format!("{:?}", g.name()).as_str() {
             "secp256r1" => "prime256v1".to_string(),
             other => other.to_string(),

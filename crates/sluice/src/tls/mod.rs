@@ -5,6 +5,7 @@
 
 pub mod acceptor;
 pub mod connector;
+mod curves;
 pub mod describe;
 pub mod handshake;
 pub mod http;
@@ -88,7 +89,8 @@ impl TlsSetup {
     }
 }
 
-/// The ring provider with the cipher suites and protocol versions the settings allow.
+/// The ring provider with the cipher suites, protocol versions and (towards clients) key
+/// exchange groups the settings allow.
 fn provider(
     s: &Settings,
     client_side: bool,
@@ -122,6 +124,16 @@ fn provider(
     let mut p = rustls::crypto::ring::default_provider();
     let (suites, w) = versions::cipher_suites(ck, cv, tk, tv, &p.cipher_suites)?;
     warnings.extend(w);
+    if client_side {
+        // PgBouncer has the curve setting for its clients only.
+        let (groups, w) = curves::key_exchange_groups(
+            "client_tls_ecdhcurve",
+            &s.client_tls_ecdhcurve,
+            &p.kx_groups,
+        )?;
+        warnings.extend(w);
+        p.kx_groups = groups;
+    }
     for w in warnings {
         tracing::warn!("TLS: {w}");
     }
