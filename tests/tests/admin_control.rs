@@ -93,7 +93,7 @@ async fn pause_during_pgbench_holds_clients_and_resume_lets_them_finish() {
     );
     assert_eq!(
         c.query("RESUME other").await.unwrap_err()[&b'M'],
-        "database other is not paused"
+        "no such database: other"
     );
     assert_eq!(c.query("RESUME app").await.unwrap().tag, "RESUME");
 }

@@ -17,6 +17,8 @@ mod autodb;
 mod client_limits;
 #[path = "parity/config_refusals.rs"]
 mod config_refusals;
+#[path = "parity/console_commands.rs"]
+mod console_commands;
 #[path = "parity/error_texts.rs"]
 mod error_texts;
 #[path = "parity/fast_close.rs"]
@@ -267,6 +269,18 @@ async fn login(port: u16, user: &str, password: &str, db: &str) -> String {
 
 async fn console(port: u16) -> Console {
     Console::connect(port, "admin", "").await.unwrap()
+}
+
+/// Two runs of the same scenario, (case, observation) each, as (case, PgBouncer's, Sluice's).
+fn side_by_side(
+    pgbouncer: Vec<(String, String)>,
+    sluice: Vec<(String, String)>,
+) -> Vec<(String, String, String)> {
+    pgbouncer
+        .into_iter()
+        .zip(sluice)
+        .map(|((case, x), (_, y))| (case, x, y))
+        .collect()
 }
 
 /// Print every case and fail on a difference not listed in `DELIBERATE`, on a listed case where

@@ -11,7 +11,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use sluice_e2e::{Anchor, Sluice};
 
-use super::{console, report};
+use super::{console, report, side_by_side};
 
 const DB: &str = "app = host={pg_host} port={pg_port} dbname=app";
 const USERS: &str = "\"trust_user\" \"\"\n\"admin\" \"\"\n";
@@ -283,16 +283,6 @@ async fn paused_then_shutdown(p: &Proc) -> Vec<(String, String)> {
         exits_within(p.pid, 5).await,
     ));
     out
-}
-
-fn side_by_side(
-    a: Vec<(String, String)>,
-    b: Vec<(String, String)>,
-) -> Vec<(String, String, String)> {
-    a.into_iter()
-        .zip(b)
-        .map(|((case, x), (_, y))| (case, x, y))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sluice_e2e::{error_fields, Anchor, RawConn, Sluice};
 
-use super::{console, report};
+use super::{console, report, side_by_side};
 
 const DB: &str = "app = host={pg_host} port={pg_port} dbname=app";
 const USERS: &str = "\"trust_user\" \"\"\n\"admin\" \"\"\n";
@@ -228,16 +228,6 @@ async fn cache(port: u16) -> Vec<(String, String)> {
         );
     }
     out
-}
-
-fn side_by_side(
-    a: Vec<(String, String)>,
-    b: Vec<(String, String)>,
-) -> Vec<(String, String, String)> {
-    a.into_iter()
-        .zip(b)
-        .map(|((case, x), (_, y))| (case, x, y))
-        .collect()
 }
 
 fn sluice() -> Sluice {

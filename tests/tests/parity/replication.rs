@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sluice_e2e::{client_bin, error_fields, missing_tool, Anchor, PgCluster, RawConn, Sluice};
 
-use super::{console, report};
+use super::{console, report, side_by_side};
 
 const DBS: &str = "app = host={pg_host} port={pg_port} dbname=app\n\
                    * = host={pg_host} port={pg_port}";
@@ -516,16 +516,6 @@ fn sluice(extra: &str) -> Sluice {
 /// None only where the reference binary is missing and SLUICE_ALLOW_MISSING_TOOLS=1 (said loudly).
 fn anchor(extra: &str) -> Option<Anchor> {
     Anchor::start_with(extra, DBS, USERS, &[])
-}
-
-fn side_by_side(
-    a: Vec<(String, String)>,
-    b: Vec<(String, String)>,
-) -> Vec<(String, String, String)> {
-    a.into_iter()
-        .zip(b)
-        .map(|((case, x), (_, y))| (case, x, y))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,18 +37,17 @@ fn known_db(app: &App, db: &str) -> Result<(), AdminError> {
     }
 }
 
-fn need_db(arg: Option<&str>, cmd: &str) -> Result<String, AdminError> {
+/// ENABLE / DISABLE without a database: PgBouncer's words.
+fn need_db(arg: Option<&str>) -> Result<String, AdminError> {
     arg.map(str::to_string)
-        .ok_or_else(|| AdminError::new(format!("{} needs a database name", cmd.to_uppercase())))
+        .ok_or_else(|| AdminError::new("a database is required"))
 }
 
+/// An argument to a command that takes none is, for PgBouncer, a command it does not have.
 fn no_arg(arg: Option<&str>, cmd: &str) -> Result<(), AdminError> {
     match arg {
         None => Ok(()),
-        Some(_) => Err(AdminError::new(format!(
-            "{} takes no argument",
-            cmd.to_uppercase()
-        ))),
+        Some(a) => Err(AdminError::unknown_command(&format!("{cmd} {a}"))),
     }
 }
 
@@ -90,7 +89,9 @@ pub fn resume_all(app: &App) -> Result<(), AdminError> {
         .resume_all()
         .map_err(|e| AdminError::new(e.to_string()))?;
     for p in scope(app, None) {
-        p.set_paused(false);
+        if !app.control.db_paused(&p.key.database) {
+            p.set_paused(false);
+        }
     }
     tracing::info!("RESUME: pooler resumed");
     Ok(())
@@ -197,6 +198,7 @@ fn resume(app: &App, db: Option<&str>) -> Result<(), AdminError> {
     if !app.lifecycle.is_running() {
         return Err(AdminError::new("pooler is shutting down"));
     }
+    known_db(app, d)?;
     app.control
         .resume_db(d)
         .map_err(|e| AdminError::new(e.to_string()))?;
@@ -208,7 +210,10 @@ fn resume(app: &App, db: Option<&str>) -> Result<(), AdminError> {
     Ok(())
 }
 
-/// KILL: drop every client and server of the scope (never the console) and leave it paused.
+/// KILL: drop every client and server of the scope (never the console) and leave its databases
+/// paused until their own RESUME. A bare `KILL` pauses each database that has a pool, as
+/// PgBouncer 1.25.2 does (one without a pool has nothing to kill), and a bare RESUME does not
+/// undo it; both forms are refused while the pooler is paused or suspended.
 fn kill(app: &App, db: Option<&str>) -> Result<(), AdminError> {
     if let Some(d) = db {
         if d == ADMIN_DB {
@@ -216,17 +221,27 @@ fn kill(app: &App, db: Option<&str>) -> Result<(), AdminError> {
         }
         known_db(app, d)?;
     }
-    app.control.force_pause(db);
-    for p in scope(app, db) {
+    let pools = scope(app, db);
+    let mut dbs: Vec<&str> = pools
+        .iter()
+        .map(|p| p.key.database.as_str())
+        .filter(|d| *d != ADMIN_DB)
+        .collect();
+    dbs.extend(db);
+    app.control
+        .kill_pause(dbs)
+        .map_err(|e| AdminError::new(e.to_string()))?;
+    for p in &pools {
         p.set_paused(true);
-        p.close_idle();
+        // Idle servers now, the others as their killed clients let go of them.
+        p.reconnect();
     }
     for c in app.registry.all() {
         let Some((cdb, _)) = c.identity.get() else {
             continue;
         };
         if cdb != ADMIN_DB && db.is_none_or(|d| d == cdb) {
-            c.kill.cancel();
+            c.kill.cancel_because(KillReason::Kill);
         }
     }
     Ok(())
@@ -274,7 +289,7 @@ pub async fn run(
                 tracing::error!("RELOAD failed, keeping the old configuration: {e}");
                 AdminError {
                     sqlstate: sqlstate::CONFIG_ERROR,
-                    message: "RELOAD failed, see logs for additional details".to_string(),
+                    ..AdminError::new("RELOAD failed, see logs for additional details")
                 }
             })?;
             "RELOAD"
@@ -294,7 +309,7 @@ pub async fn run(
             "SUSPEND"
         }
         "disable" | "enable" => {
-            let db = need_db(arg, cmd)?;
+            let db = need_db(arg)?;
             if db == ADMIN_DB {
                 return Err(AdminError::new("cannot disable admin db"));
             }
@@ -329,7 +344,7 @@ pub async fn run(
                 Some("wait_for_servers") => Phase::WaitForServers,
                 Some("wait_for_clients") => Phase::WaitForClients,
                 Some(other) => {
-                    return Err(AdminError::new(format!("unknown SHUTDOWN mode: {other}")))
+                    return Err(AdminError::unknown_command(&format!("shutdown {other}")))
                 }
             };
             tracing::info!("SHUTDOWN requested from the admin console ({phase:?})");
@@ -340,10 +355,6 @@ pub async fn run(
             wait_close(app, arg).await?;
             "WAIT_CLOSE"
         }
-        other => {
-            return Err(AdminError::new(format!(
-                "invalid command '{other}', use SHOW HELP;"
-            )))
-        }
+        other => return Err(AdminError::unknown_command(other)),
     })
 }

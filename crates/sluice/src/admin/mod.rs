@@ -47,6 +47,9 @@ pub enum Access {
 pub struct AdminError {
     pub sqlstate: &'static str,
     pub message: String,
+    /// A command the console does not have: the session answers PgBouncer's `invalid command
+    /// '<the query as typed>', use SHOW HELP;` (`message` is only for tests and logs).
+    pub unknown_command: bool,
 }
 
 impl AdminError {
@@ -54,6 +57,15 @@ impl AdminError {
         AdminError {
             sqlstate: sqlstate::PROTOCOL_VIOLATION,
             message: message.into(),
+            unknown_command: false,
+        }
+    }
+
+    /// A command (or SHOW subject) the console does not have; `what` names it for logs.
+    pub fn unknown_command(what: &str) -> Self {
+        AdminError {
+            unknown_command: true,
+            ..AdminError::new(format!("invalid command '{what}', use SHOW HELP;"))
         }
     }
 }
@@ -174,6 +186,6 @@ pub fn show(app: &Arc<App>, what: &str) -> Result<ResultSet, AdminError> {
         "workers" => show_workers::workers(app),
         "cross_worker" => show_workers::cross_worker(app),
         "advice" => show_advice::advice(app),
-        other => return Err(AdminError::new(format!("bad SHOW arg: {other}"))),
+        other => return Err(AdminError::unknown_command(&format!("SHOW {other}"))),
     })
 }

@@ -237,7 +237,11 @@ async fn serve(
             },
             Err(e) => Err(super::AdminError::new(e.to_string())),
         };
-        if let Err(e) = result {
+        if let Err(mut e) = result {
+            if e.unknown_command {
+                // PgBouncer's words quote the query as it was typed.
+                e.message = parse::ParseError(text).to_string();
+            }
             encode_error(
                 Severity::Error,
                 e.sqlstate,

@@ -19,13 +19,15 @@ use crate::error::{sqlstate, ClientNotice};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum KillReason {
-    /// KILL, KILL_CLIENT.
+    /// KILL_CLIENT.
     Admin = 1,
     /// It had not stopped with its buffers flushed when SUSPEND's suspend_timeout ran out.
     SuspendTimeout = 2,
     /// Still logging in when client_login_timeout ran out (the janitor's sweep,
     /// `ClientRegistry::expire_logins`).
     LoginTimeout = 3,
+    /// KILL [db]: PgBouncer 1.25.2 tells the clients "database removed" (compared side by side).
+    Kill = 4,
 }
 
 impl KillReason {
@@ -35,6 +37,7 @@ impl KillReason {
             KillReason::Admin => "admin forced disconnect",
             KillReason::SuspendTimeout => "suspend_timeout",
             KillReason::LoginTimeout => "client_login_timeout",
+            KillReason::Kill => "database removed",
         }
     }
 }
@@ -57,7 +60,7 @@ impl KillSwitch {
         KillSwitch::default()
     }
 
-    /// Flip the switch (KILL, KILL_CLIENT) and wake the client's task.
+    /// Flip the switch (KILL_CLIENT) and wake the client's task.
     pub fn cancel(&self) {
         self.cancel_because(KillReason::Admin);
     }
@@ -94,6 +97,7 @@ impl KillSwitch {
         match self.state.load(Ordering::Acquire) {
             2 => KillReason::SuspendTimeout,
             3 => KillReason::LoginTimeout,
+            4 => KillReason::Kill,
             _ => KillReason::Admin,
         }
     }

@@ -240,15 +240,20 @@ impl Control {
         Ok(())
     }
 
-    /// KILL: pause without the already-paused check.
-    pub fn force_pause(&self, db: Option<&str>) {
+    /// KILL: pause each of `dbs` (a database already paused stays so). Refused while the pooler
+    /// is paused or suspended, as PgBouncer refuses it.
+    pub fn kill_pause<'a>(
+        &self,
+        dbs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), ControlError> {
         let mut st = self.state.lock();
-        match db {
-            Some(d) => {
-                st.paused_dbs.insert(d.to_string());
-            }
-            None => st.paused = true,
+        if st.paused || st.suspended {
+            return Err(ControlError::AlreadyPaused);
         }
+        for d in dbs {
+            st.paused_dbs.insert(d.to_string());
+        }
+        Ok(())
     }
 
     /// SUSPEND: refused while paused or suspended, and while any database is paused (its clients
@@ -266,10 +271,12 @@ impl Control {
         Ok(())
     }
 
-    /// RESUME (all): clears PAUSE, SUSPEND and every per-database pause.
+    /// RESUME (all): clears PAUSE and SUSPEND. A database paused by its own PAUSE or KILL stays
+    /// paused until its own RESUME (PgBouncer's rule: a global RESUME does not end a database's
+    /// maintenance), so with only such pauses in force there is nothing to resume.
     pub fn resume_all(&self) -> Result<(), ControlError> {
         let mut st = self.state.lock();
-        if !st.paused && !st.suspended && st.paused_dbs.is_empty() {
+        if !st.paused && !st.suspended {
             return Err(ControlError::NotPaused);
         }
         st.paused = false;
@@ -277,7 +284,6 @@ impl Control {
             st.suspended = false;
             self.gate.resume();
         }
-        st.paused_dbs.clear();
         Ok(())
     }
 
