@@ -56,8 +56,9 @@ async fn login_and_disconnect_lines_are_logged() {
     );
     let log = s.log();
     let login = log.lines().find(|l| l.contains("login attempt")).unwrap();
+    // PgBouncer 1.25.2's line, word for word after the client's label.
     assert!(
-        login.contains("db=app") && login.contains("user=md5_user"),
+        login.ends_with("login attempt: db=app user=md5_user tls=no replication=no"),
         "{login}"
     );
     // The new server too, in PgBouncer's words (its local address when over TCP).
@@ -90,6 +91,13 @@ async fn login_and_disconnect_lines_are_logged() {
         "no disconnect line for a failed login:\n{}",
         s.log()
     );
+    // Written before authentication, as PgBouncer does: the failed attempt is in the log too.
+    let attempts = s
+        .log()
+        .lines()
+        .filter(|l| l.contains("login attempt: db=app user=md5_user"))
+        .count();
+    assert_eq!(attempts, 2, "{}", s.log());
 }
 
 #[tokio::test]

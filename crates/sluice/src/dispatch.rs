@@ -291,6 +291,22 @@ async fn login_phase(
                 if let Some(tls) = client.tls.as_deref() {
                     let _ = entry.tls.set(tls.description.clone());
                 }
+                // Before authentication, as PgBouncer writes it: every attempt, failed ones and
+                // console logins included, is in the log.
+                if cfg.settings.log_connections {
+                    tracing::info!(
+                        "C-{}: {} login attempt: db={} user={} tls={} replication={}",
+                        client.id,
+                        client.label(),
+                        info.database,
+                        info.user,
+                        client
+                            .tls
+                            .as_deref()
+                            .map_or("no", |t| t.description.as_str()),
+                        info.replication.log_value()
+                    );
+                }
                 info
             }
             Ok(startup::Startup::Done) => return Err(EndReason::NoSession),

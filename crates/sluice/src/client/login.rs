@@ -165,20 +165,6 @@ pub fn login<'a>(
         client.flush().await.map_err(|_| EndReason::ClientClosed)?;
         // Only errors are composed here from now on: the welcome's buffer is not kept for them.
         client.wbuf = bytes::BytesMut::new();
-        if cfg.settings.log_connections {
-            tracing::info!(
-                "C-{}: {} login attempt: db={} user={} tls={}",
-                client.id,
-                client.label(),
-                info.database,
-                info.user,
-                if let Some(tls) = client.tls.as_deref() {
-                    tls.description.as_str()
-                } else {
-                    "no"
-                }
-            );
-        }
         Ok(Joined::Pool(Session::joined(
             member,
             SessionStart {

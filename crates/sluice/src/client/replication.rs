@@ -63,16 +63,6 @@ pub async fn run(
     let _ = entry
         .identity
         .set((start.info.database.clone(), start.info.user.clone()));
-    if app.config().settings.log_connections {
-        tracing::info!(
-            "C-{}: {} login attempt: db={} user={} replication={}",
-            client.id,
-            client.label(),
-            start.info.database,
-            start.info.user,
-            kind.startup_value()
-        );
-    }
     entry.request_arrived(tokio::time::Instant::now().into_std());
     let params = start.server_params();
     let opened = tokio::select! {

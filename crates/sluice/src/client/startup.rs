@@ -72,6 +72,15 @@ impl Replication {
         }
     }
 
+    /// The `login attempt` log line's `replication=` (PgBouncer 1.25.2's words).
+    pub fn log_value(self) -> &'static str {
+        match self {
+            Replication::None => "no",
+            Replication::Logical => "database",
+            Replication::Physical => "yes",
+        }
+    }
+
     /// The value sent to the server.
     pub(super) fn startup_value(self) -> &'static str {
         match self {
