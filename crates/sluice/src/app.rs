@@ -16,6 +16,7 @@ use crate::auth::credentials::Credentials;
 use crate::auth::hba_state::HbaState;
 use crate::auth::scram_cache::ScramCache;
 use crate::cancel::CancelRegistry;
+use crate::client::kill::KillReason;
 use crate::client::limits::ClientCounts;
 use crate::client::registry::ClientRegistry;
 use crate::lifecycle::{Control, Lifecycle};
@@ -318,14 +319,19 @@ impl App {
     }
 
     /// Recompute every pool's settings from the current config. Servers are replaced when their
-    /// login or the server-side TLS settings changed.
+    /// login or the server-side TLS settings changed. The clients of a database the config no
+    /// longer has are disconnected ("database removed", mid-transaction too), as PgBouncer does.
     pub fn refresh_pools(&self) {
         let cfg = self.config();
         let server_tls = self.tls.load().server.clone();
+        let mut removed: Vec<String> = Vec::new();
         for pool in self.pools.all() {
             let Some(db) = targets::find_database(&cfg, &pool.key.database) else {
                 tracing::info!("{}: database removed from config", pool.key);
                 pool.mark_removed();
+                if !removed.contains(&pool.key.database) {
+                    removed.push(pool.key.database.clone());
+                }
                 continue;
             };
             let old = pool.settings();
@@ -355,6 +361,17 @@ impl App {
                     }
                 },
             ));
+        }
+        if removed.is_empty() {
+            return;
+        }
+        for c in self.registry.all() {
+            if c.identity
+                .get()
+                .is_some_and(|(db, _)| removed.iter().any(|r| r == db))
+            {
+                c.kill.cancel_because(KillReason::Kill);
+            }
         }
     }
 }

@@ -4,13 +4,14 @@
 //! missing their database or naming an unknown one, and KILL: `KILL db` drops the database's
 //! clients ("database removed") and servers and leaves it paused until `RESUME db`; a bare `KILL`
 //! does that to every database with a pool (a bare RESUME does not undo it); both are refused
-//! while the pooler is paused.
+//! while the pooler is paused. A RELOAD that drops a database from the config disconnects its
+//! clients ("database removed", in the middle of a transaction too).
 
 use std::time::Duration;
 
 use sluice_e2e::{error_fields, Console, RawConn};
 
-use super::{console, pair, report, side_by_side};
+use super::{console, pair, pair_with, report, side_by_side, USERS};
 
 const BASE: &str = "auth_type = trust\nadmin_users = admin\npool_mode = session";
 
@@ -219,4 +220,80 @@ async fn a_client_held_by_kill_is_served_after_resume() {
     };
     assert_eq!(served, "served");
     assert_eq!(newcomer(s.port).await.0, "served");
+}
+
+/// A database dropped from the config by RELOAD: its clients hear "database removed" at once,
+/// one idle and one in the middle of a transaction; new logins are told it does not exist.
+async fn removed_by_reload(port: u16, rewrite: impl FnOnce()) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let wait = Duration::from_secs(5);
+    let login =
+        |db: &'static str| RawConn::startup_packet(&[("user", "trust_user"), ("database", db)]);
+    let mut idle = RawConn::connect(port).await;
+    idle.send(&login("app2")).await;
+    let mut in_tx = RawConn::connect(port).await;
+    in_tx.send(&login("app2")).await;
+    for c in [&mut idle, &mut in_tx] {
+        while !matches!(c.read_message(wait).await, Some((b'Z', _)) | None) {}
+    }
+    assert_eq!(select_1(&mut idle, wait).await, "served");
+    in_tx
+        .send(&RawConn::message(b'Q', b"BEGIN; SELECT 1\0"))
+        .await;
+    while !matches!(in_tx.read_message(wait).await, Some((b'Z', _)) | None) {}
+    rewrite();
+    let mut con = console(port).await;
+    out.push(("RELOAD".to_string(), answer(&mut con, "RELOAD").await));
+    out.push((
+        "an idle client of app2 hears".to_string(),
+        hears(&mut idle).await,
+    ));
+    out.push((
+        "a client of app2 in a transaction hears".to_string(),
+        hears(&mut in_tx).await,
+    ));
+    let dbs = con.query("SHOW DATABASES").await.unwrap();
+    let mut names: Vec<String> = dbs.rows.iter().filter_map(|r| r[0].clone()).collect();
+    names.sort();
+    out.push(("SHOW DATABASES".to_string(), names.join(",")));
+    let mut late = RawConn::connect(port).await;
+    late.send(&login("app2")).await;
+    let mut refused = hears(&mut late).await;
+    // Trust: AuthenticationOk may come first.
+    while refused.starts_with("message") {
+        refused = hears(&mut late).await;
+    }
+    out.push(("a new login to app2".to_string(), refused));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_dropped_by_reload_disconnects_its_clients_as_in_pgbouncer() {
+    let dbs = "app = host={pg_host} port={pg_port} dbname=app\n\
+               app2 = host={pg_host} port={pg_port} dbname=app";
+    let Some(p) = pair_with(BASE, dbs, USERS, &[]) else {
+        return;
+    };
+    let without_app2 = |ini: String| {
+        ini.lines()
+            .filter(|l| !l.starts_with("app2 ="))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let sl_ini = p.sl.dir.path().join("pgbouncer.ini");
+    let b = removed_by_reload(p.sl.port, || {
+        let text = std::fs::read_to_string(&sl_ini).unwrap();
+        std::fs::write(&sl_ini, without_app2(text)).unwrap();
+    })
+    .await;
+    eprintln!("Sluice: {b:#?}");
+    assert_eq!(b[1].1, "08P01 database removed");
+    assert_eq!(b[2].1, "08P01 database removed");
+    assert_eq!(b[4].1, "08P01 no such database: app2");
+    let a = removed_by_reload(p.pgb.port, || {
+        p.pgb
+            .write_file("pgbouncer.ini", &without_app2(p.pgb.config()))
+    })
+    .await;
+    report(&side_by_side(a, b), 5);
 }
