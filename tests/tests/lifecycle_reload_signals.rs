@@ -204,6 +204,45 @@ async fn reload_applies_new_default_pool_size() {
     drop((a, c));
 }
 
+/// A RELOAD from session to transaction pooling applies to new clients; a client logged in under
+/// session pooling keeps its server, and the session state it set there, until it leaves.
+/// (PgBouncer 1.25.2 moves it to transaction pooling at its next transaction's end, where its
+/// SETs are silently lost; docs/compat.md.)
+#[tokio::test]
+async fn reload_to_transaction_mode_leaves_session_clients_their_server() {
+    let ini = |mode: &str| {
+        Sluice::basic_ini(
+            &format!("pool_mode = {mode}\ndefault_pool_size = 1\nquery_wait_timeout = 10"),
+            &db_line("app", "app"),
+        )
+    };
+    let s = Sluice::builder(&ini("session"))
+        .userlist(MD5_USERLIST)
+        .start();
+    let a = s.connect("md5_user", "md5_pass", "app").await.unwrap();
+    let pid = one(&a, "SELECT pg_backend_pid()::text").await;
+    a.simple_query("SET work_mem = '3MB'").await.unwrap();
+    assert!(reload(&s, &ini("transaction")).await, "{}", s.log());
+    // B, a new client, is under transaction pooling: it waits for the one server A holds.
+    let b = s.connect("md5_user", "md5_pass", "app").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let r = one(&b, "SELECT '2'").await;
+        (b, r)
+    });
+    for _ in 0..3 {
+        assert_eq!(one(&a, "SELECT pg_backend_pid()::text").await, pid);
+        assert_eq!(one(&a, "SHOW work_mem").await, "3MB");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!waiting.is_finished(), "A's server went to B");
+    drop(a);
+    let (_b, r) = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("B served once A left")
+        .unwrap();
+    assert_eq!(r, "2");
+}
+
 #[tokio::test]
 async fn reload_changed_dbname_replaces_servers() {
     let ini =
