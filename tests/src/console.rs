@@ -18,6 +18,8 @@ pub struct ConsoleResult {
     pub tag: String,
     /// NoticeResponse messages ('M' field).
     pub notices: Vec<String>,
+    /// Their DETAIL fields ('D'; empty where a notice has none), in the same order.
+    pub notice_details: Vec<String>,
 }
 
 impl ConsoleResult {
@@ -161,9 +163,11 @@ impl Console {
                     res.rows.push(row);
                 }
                 b'C' => res.tag = cstr(&body, &mut 0),
-                b'N' => res
-                    .notices
-                    .push(error_fields(&body).remove(&b'M').unwrap_or_default()),
+                b'N' => {
+                    let mut f = error_fields(&body);
+                    res.notices.push(f.remove(&b'M').unwrap_or_default());
+                    res.notice_details.push(f.remove(&b'D').unwrap_or_default());
+                }
                 b'E' => err = Some(error_fields(&body)),
                 b'I' => {}
                 b'Z' => return err.map_or(Ok(res), Err),

@@ -12,7 +12,8 @@ use crate::reader::Reader;
 use crate::startup::CancelKey;
 
 pub use error_response::{
-    decode_error_fields, encode_error, encode_error_fields, encode_notice, ErrorFields, Severity,
+    decode_error_fields, encode_error, encode_error_fields, encode_notice,
+    encode_notice_with_detail, ErrorFields, Severity,
 };
 pub use rows::{
     decode_data_row, decode_row_description, encode_data_row, encode_row_description, oid,

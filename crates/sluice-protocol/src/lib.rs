@@ -29,9 +29,9 @@ pub use backend::{
     encode_auth_md5, encode_auth_ok, encode_auth_sasl, encode_auth_sasl_continue,
     encode_auth_sasl_final, encode_backend_key_data, encode_command_complete, encode_data_row,
     encode_empty_query_response, encode_error, encode_error_fields,
-    encode_negotiate_protocol_version, encode_notice, encode_parameter_status,
-    encode_ready_for_query, encode_row_description, oid, Authentication, ErrorFields, FieldDesc,
-    Severity, TransactionStatus,
+    encode_negotiate_protocol_version, encode_notice, encode_notice_with_detail,
+    encode_parameter_status, encode_ready_for_query, encode_row_description, oid, Authentication,
+    ErrorFields, FieldDesc, Severity, TransactionStatus,
 };
 pub use error::ProtocolError;
 pub use frontend::{

@@ -145,6 +145,27 @@ pub fn encode_notice(severity: Severity, sqlstate: &str, message: &str, out: &mu
     f.finish(out);
 }
 
+/// NoticeResponse ('N') with S, V, C, M and D (the console's SHOW HELP, as PgBouncer sends it).
+pub fn encode_notice_with_detail(
+    severity: Severity,
+    sqlstate: &str,
+    message: &str,
+    detail: &str,
+    out: &mut BytesMut,
+) {
+    let f = Frame::tagged(b'N', out);
+    put_standard(
+        out,
+        severity.as_str(),
+        sqlstate,
+        message,
+        Some(detail),
+        None,
+    );
+    out.put_u8(0);
+    f.finish(out);
+}
+
 /// Re-encodes `fields` under `tag` (`b'E'` or `b'N'`). When `fields.fields` is non-empty it is
 /// written verbatim, in order; otherwise the message is built from the named members.
 pub fn encode_error_fields(tag: u8, fields: &ErrorFields, out: &mut BytesMut) {

@@ -18,7 +18,9 @@ pub mod show_workers;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use sluice_protocol::{encode_command_complete, encode_notice, Severity};
+use sluice_protocol::{
+    encode_command_complete, encode_notice, encode_notice_with_detail, Severity,
+};
 
 use crate::app::App;
 use crate::error::sqlstate;
@@ -124,7 +126,13 @@ pub async fn execute(
                 return Ok(());
             }
             if what == "help" {
-                encode_notice(Severity::Notice, "00000", show_config::HELP, out);
+                encode_notice_with_detail(
+                    Severity::Notice,
+                    "00000",
+                    "Console usage",
+                    show_config::HELP,
+                    out,
+                );
                 encode_command_complete("SHOW", out);
                 return Ok(());
             }

@@ -8,7 +8,9 @@ use super::result::{text, yes_no, Col, ResultSet};
 use super::PGBOUNCER_COMPAT;
 use crate::app::App;
 
-pub const HELP: &str = "Console usage
+/// SHOW HELP's NOTICE detail (its message is "Console usage"), as PgBouncer 1.25.2 sends it:
+/// starting with a line break.
+pub const HELP: &str = "
 \tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION
 \tSHOW PEERS|PEER_POOLS
 \tSHOW FDS|SOCKETS|ACTIVE_SOCKETS|LISTS|MEM|STATE
