@@ -343,6 +343,20 @@ mod tests {
         assert!(c.db_paused("other"));
         c.resume_all().unwrap();
         assert!(!c.db_paused("app"));
+        // A global RESUME ends PAUSE only: a database's own pause stays until its own RESUME,
+        // and with only those in force there is nothing for a global RESUME to do.
+        c.pause_db("app").unwrap();
+        c.pause_all().unwrap();
+        c.resume_all().unwrap();
+        assert!(c.db_paused("app") && !c.db_paused("other"));
+        assert_eq!(c.resume_all(), Err(ControlError::NotPaused));
+        c.resume_db("app").unwrap();
+        // KILL: refused while paused; pauses each database it names.
+        c.pause_all().unwrap();
+        assert_eq!(c.kill_pause(["app"]), Err(ControlError::AlreadyPaused));
+        c.resume_all().unwrap();
+        c.kill_pause(["app", "other"]).unwrap();
+        assert!(c.db_paused("app") && c.db_paused("other") && !c.db_paused("third"));
     }
 
     #[test]
