@@ -13,7 +13,8 @@ use sluice_e2e::{error_fields, Console, RawConn};
 
 use super::{console, pair, pair_with, report, side_by_side, USERS};
 
-const BASE: &str = "auth_type = trust\nadmin_users = admin\npool_mode = session";
+const BASE: &str =
+    "auth_type = trust\nadmin_users = admin\nstats_users = trust_user\npool_mode = session";
 
 /// A command's tag, or its error's "SQLSTATE message".
 async fn answer(c: &mut Console, cmd: &str) -> String {
@@ -44,11 +45,21 @@ const ERRORS: &[&str] = &[
     "RESUME",
 ];
 
+/// The same for a stats user: unknown commands are that for anyone, the rest need an admin.
+const STATS_USER: &[&str] = &["bogus", "SHOW bogus", "RELOAD", "SHOW FDS", "KILL_CLIENT 1"];
+
 async fn errors(port: u16) -> Vec<(String, String)> {
     let mut c = console(port).await;
     let mut out = Vec::new();
     for cmd in ERRORS {
         out.push((format!("`{cmd}`"), answer(&mut c, cmd).await));
+    }
+    let mut stats = Console::connect(port, "trust_user", "").await.unwrap();
+    for cmd in STATS_USER {
+        out.push((
+            format!("stats user: `{cmd}`"),
+            answer(&mut stats, cmd).await,
+        ));
     }
     out
 }
@@ -174,8 +185,13 @@ async fn console_errors_match_pgbouncer() {
     );
     assert_eq!(got("`ENABLE`"), "08P01 a database is required");
     assert_eq!(got("`RESUME nosuch`"), "08P01 no such database: nosuch");
+    assert_eq!(
+        got("stats user: `bogus`"),
+        "08P01 invalid command 'bogus', use SHOW HELP;"
+    );
+    assert_eq!(got("stats user: `RELOAD`"), "08P01 admin access needed");
     let a = errors(p.pgb.port).await;
-    report(&side_by_side(a, b), ERRORS.len());
+    report(&side_by_side(a, b), ERRORS.len() + STATS_USER.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -273,6 +273,21 @@ async fn wait_close(app: &App, db: Option<&str>) -> Result<(), AdminError> {
     }
 }
 
+/// The console's commands other than SHOW and SET (lower-case), the ones `run` knows.
+pub const COMMANDS: &[&str] = &[
+    "reload",
+    "pause",
+    "resume",
+    "suspend",
+    "disable",
+    "enable",
+    "reconnect",
+    "kill",
+    "kill_client",
+    "shutdown",
+    "wait_close",
+];
+
 /// Run a non-SHOW command; returns its CommandComplete tag.
 pub async fn run(
     app: &Arc<App>,

@@ -151,6 +151,10 @@ pub async fn execute(
             Ok(())
         }
         Command::Word { cmd, arg } => {
+            // A command the console does not have is that, whoever asks (PgBouncer's order).
+            if !control::COMMANDS.contains(&cmd.as_str()) {
+                return Err(AdminError::unknown_command(&cmd));
+            }
             require_admin(access)?;
             let tag = control::run(app, &cmd, arg.as_deref(), state).await?;
             encode_command_complete(tag, out);
