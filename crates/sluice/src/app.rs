@@ -362,6 +362,8 @@ impl App {
                 },
             ));
         }
+        self.control
+            .forget_databases(|d| targets::find_database(&cfg, d).is_some());
         if removed.is_empty() {
             return;
         }

@@ -313,3 +313,45 @@ async fn a_database_dropped_by_reload_disconnects_its_clients_as_in_pgbouncer() 
     .await;
     report(&side_by_side(a, b), 5);
 }
+
+/// A database paused and disabled, then dropped by RELOAD: its pause is forgotten with it (it no
+/// longer blocks SUSPEND), and added again it starts afresh, as PgBouncer frees the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_database_takes_its_pause_with_it() {
+    let two = "app = host=127.0.0.1 port={pg_port} dbname=app\n\
+               app2 = host=127.0.0.1 port={pg_port} dbname=app";
+    let s = sluice_e2e::Sluice::builder(&sluice_e2e::Sluice::basic_ini(BASE, two))
+        .userlist(USERS)
+        .start();
+    let ini = s.dir.path().join("pgbouncer.ini");
+    let with_app2 = std::fs::read_to_string(&ini).unwrap();
+    let mut con = console(s.port).await;
+    assert_eq!(answer(&mut con, "PAUSE app2").await, "PAUSE");
+    assert_eq!(answer(&mut con, "DISABLE app2").await, "DISABLE");
+    assert_eq!(
+        answer(&mut con, "SUSPEND").await,
+        "08P01 cannot suspend with paused databases"
+    );
+    let without: String = with_app2
+        .lines()
+        .filter(|l| !l.starts_with("app2 ="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&ini, without).unwrap();
+    assert_eq!(answer(&mut con, "RELOAD").await, "RELOAD");
+    assert_eq!(answer(&mut con, "SUSPEND").await, "SUSPEND");
+    assert_eq!(answer(&mut con, "RESUME").await, "RESUME");
+    std::fs::write(&ini, &with_app2).unwrap();
+    assert_eq!(answer(&mut con, "RELOAD").await, "RELOAD");
+    let mut c = RawConn::connect(s.port).await;
+    c.send(&RawConn::startup_packet(&[
+        ("user", "trust_user"),
+        ("database", "app2"),
+    ]))
+    .await;
+    while !matches!(
+        c.read_message(Duration::from_secs(5)).await,
+        Some((b'Z' | b'E', _)) | None
+    ) {}
+    assert_eq!(select_1(&mut c, Duration::from_secs(2)).await, "served");
+}

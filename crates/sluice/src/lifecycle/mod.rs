@@ -287,6 +287,15 @@ impl Control {
         Ok(())
     }
 
+    /// A RELOAD dropped databases: forget their PAUSE / KILL and DISABLE (as PgBouncer frees the
+    /// database), so that no pause of a database that is gone blocks SUSPEND, and one added again
+    /// starts afresh. `keep` says which names the new config still has.
+    pub fn forget_databases(&self, keep: impl Fn(&str) -> bool) {
+        let mut st = self.state.lock();
+        st.paused_dbs.retain(|d| keep(d));
+        st.disabled_dbs.retain(|d| keep(d));
+    }
+
     pub fn resume_db(&self, db: &str) -> Result<(), ControlError> {
         let mut st = self.state.lock();
         if !st.paused_dbs.remove(db) {
@@ -357,6 +366,14 @@ mod tests {
         c.resume_all().unwrap();
         c.kill_pause(["app", "other"]).unwrap();
         assert!(c.db_paused("app") && c.db_paused("other") && !c.db_paused("third"));
+        // A RELOAD that drops `other`: its pause is forgotten, SUSPEND is no longer blocked by it.
+        c.set_disabled("other", true);
+        c.resume_db("app").unwrap();
+        assert_eq!(c.suspend(), Err(ControlError::PausedDatabases));
+        c.forget_databases(|d| d != "other");
+        assert!(!c.db_paused("other") && !c.db_disabled("other"));
+        c.suspend().unwrap();
+        c.resume_all().unwrap();
     }
 
     #[test]
