@@ -35,6 +35,8 @@ mod pool_sizes;
 mod prepared;
 #[path = "parity/replication.rs"]
 mod replication;
+#[path = "parity/show_columns.rs"]
+mod show_columns;
 #[path = "parity/startup_options.rs"]
 mod startup_options;
 #[path = "parity/timeouts.rs"]
@@ -175,6 +177,14 @@ const DELIBERATE: &[Deliberate] = &[
         "prepared statement error: Parse of a name in use, then",
         &["EZ status I; ERROR 42P05 prepared statement \"s1\" already exists"],
         PREPARED_WHY,
+    ),
+    deliberate(
+        "a new client after RELOAD changed the entry's timezone",
+        &["Asia/Tokyo"],
+        "a RELOAD that changes an entry's client_encoding, datestyle, timezone or application_name \
+         applies to the clients that log in after it (Sluice replaces the pool's servers as they \
+         are released); PgBouncer keeps its servers and its pool's welcome, so the change reaches \
+         nobody until the servers are replaced (docs/compat.md)",
     ),
     deliberate(
         "prepared statement error: a name never prepared inside BEGIN, then",

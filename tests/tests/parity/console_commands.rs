@@ -355,3 +355,70 @@ async fn a_dropped_database_takes_its_pause_with_it() {
     ) {}
     assert_eq!(select_1(&mut c, Duration::from_secs(2)).await, "served");
 }
+
+/// `SHOW timezone` through a new trust client of `app`.
+async fn timezone(c: &tokio_postgres::Client) -> String {
+    match c.simple_query("SHOW timezone").await {
+        Ok(msgs) => msgs
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                _ => None,
+            })
+            .unwrap_or_default(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+async fn trust_client(port: u16) -> tokio_postgres::Client {
+    let cs = format!("host=127.0.0.1 port={port} user=trust_user dbname=app");
+    let (c, conn) = tokio_postgres::connect(&cs, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    c
+}
+
+/// An entry's `timezone=` changed by RELOAD: a client from before keeps its value; a new client
+/// gets the new one in Sluice, the old one in PgBouncer (its servers and its pool's welcome stay).
+async fn startup_parameter_reload(port: u16, rewrite: impl FnOnce()) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let before = trust_client(port).await;
+    out.push(("client from before".to_string(), timezone(&before).await));
+    rewrite();
+    let mut con = console(port).await;
+    out.push(("RELOAD".to_string(), answer(&mut con, "RELOAD").await));
+    let after = trust_client(port).await;
+    out.push((
+        "a new client after RELOAD changed the entry's timezone".to_string(),
+        timezone(&after).await,
+    ));
+    out.push((
+        "client from before, after RELOAD".to_string(),
+        timezone(&before).await,
+    ));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_an_entrys_timezone_reaches_new_clients() {
+    let dbs = "app = host={pg_host} port={pg_port} dbname=app timezone=UTC";
+    let Some(p) = pair_with(BASE, dbs, USERS, &[]) else {
+        return;
+    };
+    let tokyo = |ini: String| ini.replace("timezone=UTC", "timezone=Asia/Tokyo");
+    let sl_ini = p.sl.dir.path().join("pgbouncer.ini");
+    let b = startup_parameter_reload(p.sl.port, || {
+        let text = std::fs::read_to_string(&sl_ini).unwrap();
+        std::fs::write(&sl_ini, tokyo(text)).unwrap();
+    })
+    .await;
+    assert_eq!(b[0].1, "UTC");
+    assert_eq!(b[2].1, "Asia/Tokyo");
+    assert_eq!(b[3].1, "UTC");
+    let a = startup_parameter_reload(p.pgb.port, || {
+        p.pgb.write_file("pgbouncer.ini", &tokyo(p.pgb.config()))
+    })
+    .await;
+    report(&side_by_side(a, b), 4);
+}

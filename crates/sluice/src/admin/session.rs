@@ -166,9 +166,10 @@ pub async fn run(
         .identity
         .set((ADMIN_DB.to_string(), info.user.clone()));
     if let Some(a) = info.params.get("application_name") {
-        let _ = entry.application_name.set(a.to_string());
+        entry.application_name.publish_str(a);
     }
-    entry.set_state(ClientState::Active);
+    // Linked to no server: `idle` in SHOW CLIENTS, as PgBouncer's console clients are.
+    entry.set_state(ClientState::Idle);
     let mut state = ConsoleState::default();
     let end = serve(app, client, access, entry, &mut state).await;
     // The console that issued SUSPEND is the only way back in (the listeners are suspended).

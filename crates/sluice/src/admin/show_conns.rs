@@ -77,11 +77,7 @@ fn client_rows(app: &App) -> Vec<ConnRow> {
             Some(a) => (a.ip().to_string(), a.port()),
             None => ("unix".to_string(), listen_port),
         };
-        let wait = if state == ClientState::Waiting {
-            now.duration_since(c.request_time()).unwrap_or_default()
-        } else {
-            std::time::Duration::ZERO
-        };
+        let wait = c.wait(now);
         let server = c.server_id.load(Ordering::Relaxed);
         out.push(ConnRow {
             active: state == ClientState::Active,
@@ -108,7 +104,7 @@ fn client_rows(app: &App) -> Vec<ConnRow> {
                 }),
                 num(pid),
                 text(c.tls.get().cloned().unwrap_or_default()),
-                text(c.application_name.get().cloned().unwrap_or_default()),
+                text(c.application_name.get()),
                 num(c.prepared()),
                 num(c.id),
             ],
@@ -181,7 +177,7 @@ fn server_rows(app: &App) -> Vec<ConnRow> {
                     ),
                     num(r.seen.remote_pid),
                     text(r.seen.tls.clone()),
-                    text(""),
+                    text(r.application_name.get()),
                     num(r.prepared()),
                     num(r.seen.id),
                 ],

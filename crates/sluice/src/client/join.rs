@@ -77,9 +77,7 @@ impl Session {
             cancel,
             identity,
         } = start;
-        if let Some(a) = params.get("application_name") {
-            let _ = entry.application_name.set(a.to_string());
-        }
+        entry.application_name.publish(params.application_name());
         let _ = entry.identity.set(identity);
         let pool: Arc<Pool> = member.pool.clone();
         let route = super::route::ClientRoute::for_pool(&pool, entry.id.0);

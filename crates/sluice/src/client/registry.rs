@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use crate::ids::ClientId;
 use crate::keyed_hash::OwnKeys;
 use crate::net::PeerAddr;
+use crate::stats::shown::ShownText;
 use crate::stats::stamp::Stamp;
 
 /// PgBouncer's client states (SHOW CLIENTS `state`, SHOW POOLS cl_* columns).
@@ -59,6 +60,9 @@ impl ClientState {
 #[repr(C, align(64))]
 pub struct ClientEntry {
     state: AtomicU8,
+    /// Linked, with a query of its own in flight (SHOW CLIENTS `wait` counts from its start,
+    /// the request stamp, as PgBouncer's does); in the padding before `prepared`.
+    query_running: AtomicBool,
     /// SHOW CLIENTS `prepared_statements`: the client's protocol-level prepared statements, as
     /// of its last transaction (in the padding before `server_id`: the line is written then anyway).
     prepared: AtomicU32,
@@ -75,7 +79,8 @@ pub struct ClientEntry {
     pub identity: OnceLock<(String, String)>,
     /// Our end of a TCP connection.
     pub local_addr: OnceLock<SocketAddr>,
-    pub application_name: OnceLock<String>,
+    /// The client's application_name as of its last release (a `SET application_name` shows).
+    pub application_name: ShownText,
     /// SHOW CLIENTS `tls` ("TLSv1.3/TLS_AES_256_GCM_SHA384", "TLSv1.2/.../ECDH=X25519"); unset for plaintext.
     pub tls: OnceLock<String>,
     /// SHOW CLIENTS `replication`: `logical` or `physical` for a replication client; unset: `none`.
@@ -115,6 +120,36 @@ impl ClientEntry {
     pub fn request_arrived(&self, at: Instant) {
         self.set_state(ClientState::Waiting);
         self.request.set(at);
+    }
+
+    /// A query went to the linked server at `at` with none of the client's in flight: SHOW
+    /// CLIENTS counts `wait` from its start until it is answered, and `request_time` is its
+    /// start unless `first` (the request's arrival stays: it is the transaction's first query).
+    pub fn query_sent(&self, at: Instant, first: bool) {
+        if !first {
+            self.request.set(at);
+        }
+        self.query_running.store(true, Ordering::Relaxed);
+    }
+
+    /// The client's queries in flight were answered (or the relay ended).
+    pub fn query_answered(&self) {
+        self.query_running.store(false, Ordering::Relaxed);
+    }
+
+    /// SHOW CLIENTS `wait` at `now`: since the request for a waiting client, since its query's
+    /// start for a linked client running one, else zero.
+    pub fn wait(&self, now: SystemTime) -> std::time::Duration {
+        let counts = match self.state() {
+            ClientState::Waiting => true,
+            ClientState::Active => self.query_running.load(Ordering::Relaxed),
+            _ => false,
+        };
+        if counts {
+            now.duration_since(self.request_time()).unwrap_or_default()
+        } else {
+            std::time::Duration::ZERO
+        }
     }
 
     /// query_wait_notify (the janitor): true when this client has waited for a server since a
@@ -172,11 +207,12 @@ impl ClientRegistry {
             peer,
             identity: OnceLock::new(),
             state: AtomicU8::new(ClientState::Login as u8),
+            query_running: AtomicBool::new(false),
             server_id: AtomicU64::new(0),
             prepared: AtomicU32::new(0),
             kill: KillSwitch::new(),
             local_addr: OnceLock::new(),
-            application_name: OnceLock::new(),
+            application_name: ShownText::default(),
             tls: OnceLock::new(),
             replication: OnceLock::new(),
             request: Stamp::now(),
@@ -279,7 +315,7 @@ mod tests {
         );
     }
 
-    /// State, server id, the request stamp's base and value, and the kill flag end within the
+    /// State, the running flag, server id, the request stamp's base and value, and the kill flag end within the
     /// first 64 bytes of a 64-byte-aligned entry: one cache line per transaction.
     #[test]
     fn the_per_transaction_fields_share_the_first_cache_line() {
@@ -287,6 +323,7 @@ mod tests {
         let stamp_hot = size_of::<Instant>() + size_of::<AtomicU64>(); // base, after_us
         for (name, end) in [
             ("state", offset_of!(ClientEntry, state) + 1),
+            ("query_running", offset_of!(ClientEntry, query_running) + 1),
             ("server_id", offset_of!(ClientEntry, server_id) + 8),
             ("request", offset_of!(ClientEntry, request) + stamp_hot),
             // `KillSwitch` is repr(C) with its one-byte flag first.

@@ -58,7 +58,7 @@ pub async fn run(
     let pool = start.member.pool.clone();
     let _ = entry.replication.set(kind.as_str());
     if let Some(a) = start.info.params.get("application_name") {
-        let _ = entry.application_name.set(a.to_string());
+        entry.application_name.publish_str(a);
     }
     let _ = entry
         .identity

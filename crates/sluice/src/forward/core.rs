@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::protocol_state::{is_command, Batch, Command, CommandEvent, CopyState};
 use super::{Prepared, RelayEnd, RelayScratch};
 use crate::cancel::CancelSlot;
+use crate::client::registry::ClientEntry;
 use crate::error::{sqlstate, ClientNotice};
 use crate::pool::RelayTimeouts;
 use crate::prepared::ServerStatements;
@@ -82,6 +83,10 @@ pub struct SessionParts<'a> {
     pub tracking: Option<(&'a mut SessionTracker, bool)>,
     /// Buffers kept between relays (see `RelayScratch`).
     pub scratch: &'a mut RelayScratch,
+    /// The client's SHOW CLIENTS entry, told when its queries start and are answered
+    /// (`ClientEntry::query_sent`), and whether the relay's first query is the request whose
+    /// arrival the entry already stamped.
+    pub shown: Option<(&'a ClientEntry, bool)>,
 }
 
 /// What a relay reads from its pool's settings.
@@ -199,6 +204,8 @@ pub struct RelayCore<'a> {
     /// The client's cancel slot, to link to the server once the replies to a query sent ahead
     /// are in (`link_cancel_after_lead`).
     pub(super) cancel_after_lead: Option<&'a CancelSlot>,
+    /// See `SessionParts::shown`.
+    pub(super) shown: Option<(&'a ClientEntry, bool)>,
 }
 
 /// What `discard_sequences_ahead` sends.
@@ -213,6 +220,9 @@ impl Drop for RelayCore<'_> {
         self.scratch.leads = 0;
         self.scratch.foreign_sequences = false;
         self.scratch.last_clock = self.clock;
+        if let (Some((entry, _)), Some(_)) = (self.shown, self.query_started) {
+            entry.query_answered();
+        }
     }
 }
 
@@ -268,6 +278,7 @@ impl<'a> RelayCore<'a> {
                 || timeouts.client_idle_timeout.is_some(),
             scratch: parts.scratch,
             cancel_after_lead: None,
+            shown: parts.shown,
         }
     }
 
@@ -480,7 +491,12 @@ impl<'a> RelayCore<'a> {
             return;
         }
         let now = self.now();
-        self.query_started.get_or_insert(now);
+        if self.query_started.is_none() {
+            self.query_started = Some(now);
+            if let Some((entry, stamped)) = self.shown.as_mut() {
+                entry.query_sent(now.into_std(), std::mem::take(stamped));
+            }
+        }
         self.xact_started.get_or_insert(now);
     }
 
@@ -498,6 +514,9 @@ impl<'a> RelayCore<'a> {
         let mut query_time = None;
         if self.pending_rfq == 0 {
             if let Some(t) = self.query_started.take() {
+                if let Some((entry, _)) = self.shown {
+                    entry.query_answered();
+                }
                 let us = (now - t).as_micros() as u64;
                 PoolStats::add(&self.stats.query_count, 1);
                 PoolStats::add(&self.stats.query_time_us, us);

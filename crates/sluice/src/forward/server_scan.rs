@@ -146,6 +146,10 @@ impl RelayCore<'_> {
                         self.server.params.set_shared(k, &v);
                         if let Some(name) = self.tracked.canonical(k) {
                             self.client_params.set_shared(name, &v);
+                            // The client's own SET: SHOW CLIENTS shows it.
+                            if let (Some((entry, _)), "application_name") = (self.shown, name) {
+                                entry.application_name.publish(Some(&v));
+                            }
                         }
                     }
                 }

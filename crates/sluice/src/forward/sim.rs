@@ -481,6 +481,7 @@ impl World {
                 }),
                 tracking: pooled.then_some((&mut self.tracker, may_pin)),
                 scratch: &mut self.scratch,
+                shown: None,
             },
             RelayRules {
                 mode,

@@ -11,6 +11,7 @@ use std::time::{Instant, SystemTime};
 
 use parking_lot::Mutex;
 
+use crate::stats::shown::ShownText;
 use crate::stats::stamp::Stamp;
 
 /// Where a server is, in PgBouncer's words (SHOW SERVERS `state`).
@@ -53,6 +54,9 @@ pub struct ServerRecord {
     prepared: AtomicU32,
     /// Connect time (its base) and the last hand-out or release.
     request: Stamp,
+    /// SHOW SERVERS `application_name`: the server's, as of its last hand-out or release (what
+    /// its last client set stays, as in PgBouncer).
+    pub application_name: ShownText,
 }
 
 impl ServerRecord {
@@ -106,6 +110,7 @@ impl ServerBook {
             state: AtomicU8::new(ServerState::Active as u8),
             prepared: AtomicU32::new(0),
             request: Stamp::now(),
+            application_name: ShownText::default(),
         });
         self.map.lock().insert(id, rec.clone());
         ServerTracker {

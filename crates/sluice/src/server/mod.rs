@@ -128,8 +128,24 @@ impl ServerConn {
     /// Update its SHOW SERVERS state since `at` (atomic stores on its record; no lock).
     pub fn set_book_state(&self, state: crate::pool::servers::ServerState, at: Instant) {
         if let Some(t) = self.slots.as_ref().and_then(|s| s.tracker.as_ref()) {
-            t.record().set_prepared(self.prepared.len());
-            t.record().set_state(state, at.into_std());
+            let record = t.record();
+            record.set_prepared(self.prepared.len());
+            if state == crate::pool::servers::ServerState::Idle {
+                // (A hand-out shows it once its SETs went: `show_application_name`.)
+                record
+                    .application_name
+                    .publish(self.params.application_name());
+            }
+            record.set_state(state, at.into_std());
+        }
+    }
+
+    /// SHOW SERVERS `application_name` after the hand-out made it the client's.
+    pub fn show_application_name(&self) {
+        if let Some(t) = self.slots.as_ref().and_then(|s| s.tracker.as_ref()) {
+            t.record()
+                .application_name
+                .publish(self.params.application_name());
         }
     }
 

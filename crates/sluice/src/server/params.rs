@@ -24,6 +24,9 @@ const SLOTS: [&str; 8] = [
     "default_transaction_read_only",
 ];
 
+/// application_name's slot: the admin views publish it at every release (`application_name`).
+const APPLICATION_NAME_SLOT: usize = 4;
+
 /// Parameters PgBouncer always tracks; track_extra_parameters adds more.
 pub const ALWAYS_TRACKED: &[&str] = SLOTS.split_at(5).0;
 
@@ -127,6 +130,11 @@ impl ParamMap {
     fn listed_value_mut(&mut self, name: &str) -> Option<&mut Arc<str>> {
         let i = self.listed_index(name)?;
         Some(&mut self.entries[i].1)
+    }
+
+    /// The shared value of application_name, without a name lookup (SHOW CLIENTS / SERVERS).
+    pub fn application_name(&self) -> Option<&Arc<str>> {
+        self.fixed[APPLICATION_NAME_SLOT].as_ref()
     }
 
     /// The shared value of `name` (any case).
@@ -566,6 +574,14 @@ mod tests {
             "SET TimeZone='UTC';SET search_path='a, b';"
         );
         assert_eq!(set_all_statement(&tracked, &ParamMap::new()), None);
+    }
+
+    #[test]
+    fn application_name_has_its_slot() {
+        let mut m = ParamMap::new();
+        m.set("application_name", "app");
+        assert_eq!(SLOTS[APPLICATION_NAME_SLOT], "application_name");
+        assert_eq!(m.application_name().map(|a| &**a), Some("app"));
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod histogram;
 pub mod period;
 pub mod reporter;
 pub mod shards;
+pub mod shown;
 pub mod stamp;
 
 use std::sync::atomic::{AtomicU64, Ordering};

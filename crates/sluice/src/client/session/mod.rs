@@ -336,12 +336,16 @@ async fn serve_request(
         }
     };
     s.params_confirmed = true;
+    server.show_application_name();
     if !s.relay_scratch.ahead_pending() {
         // (Else the relay links it once the statements sent ahead are answered.)
         s.cancel.slot.link(&server.addr, server.backend_key);
     }
+    // The request's arrival is its first query's start; a relay after a pin check starts afresh.
+    let mut stamped = true;
     let end = loop {
-        let end = relay_once(app, client, s, &mut server, settings, relay_from).await;
+        let end = relay_once(app, client, s, &mut server, settings, relay_from, stamped).await;
+        stamped = false;
         sync_pin_count(s);
         if s.relay_scratch.take_ran() {
             // A Query or Execute went: it may have called nextval() (`sequences_foreign`).
@@ -577,6 +581,7 @@ async fn relay_once(
     server: &mut PooledServer,
     settings: &PoolSettings,
     from: Instant,
+    stamped: bool,
 ) -> RelayEnd {
     let pooled = settings.mode != PoolMode::Session;
     let knobs = settings.session;
@@ -605,6 +610,7 @@ async fn relay_once(
         prepared,
         tracking,
         scratch: &mut s.relay_scratch,
+        shown: Some((&s.entry, stamped)),
     };
     let rules = RelayRules {
         mode: settings.mode,
