@@ -171,3 +171,71 @@ async fn passwords_never_appear_in_the_log() {
         }
     }
 }
+
+/// A server's closing reasons in PgBouncer 1.25.2's words (compared side by side, 2026-11-29): a
+/// host name that does not resolve is `server DNS lookup failed` (not a crash); RELOAD of a changed
+/// entry closes an idle server with `database configuration changed`, and one in use when its
+/// client lets it go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_close_with_pgbouncers_reasons() {
+    let dbs = format!(
+        "{}\nnowhere = host=no-such-host.invalid port=5432 dbname=app",
+        db_line("app", "app")
+    );
+    let ini = Sluice::basic_ini("server_login_retry = 1\npool_mode = transaction", &dbs);
+    let s = Sluice::builder(&ini).userlist(MD5_USERLIST).start();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(3),
+        s.connect("md5_user", "md5_pass", "nowhere"),
+    )
+    .await;
+    let dns = [
+        "nowhere/md5_user@",
+        "closing because: server DNS lookup failed",
+    ];
+    assert!(
+        wait_lines(&s, &dns, 1, Duration::from_secs(5)).await,
+        "{}",
+        s.log()
+    );
+    assert!(!s.log().contains(
+        "nowhere/md5_user@no-such-host.invalid:5432 closing because: server conn crashed?"
+    ));
+
+    // One server idle, one in a transaction, then the entry changes under them.
+    let idle = s.connect("md5_user", "md5_pass", "app").await.unwrap();
+    let busy = s.connect("md5_user", "md5_pass", "app").await.unwrap();
+    busy.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(one(&idle, "SELECT 'x'::text").await, "x");
+    let path = s.dir.path().join("pgbouncer.ini");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("dbname=app", "dbname=app connect_query='SELECT 1'"),
+    )
+    .unwrap();
+    s.signal(nix::sys::signal::Signal::SIGHUP);
+    let changed = [
+        "app/md5_user@",
+        "closing because: database configuration changed",
+    ];
+    assert!(
+        wait_lines(&s, &changed, 1, Duration::from_secs(5)).await,
+        "{}",
+        s.log()
+    );
+    busy.batch_execute("COMMIT").await.unwrap();
+    assert!(
+        wait_lines(&s, &changed, 2, Duration::from_secs(5)).await
+            || wait_lines(
+                &s,
+                &["app/md5_user@", "closing because: close_needed"],
+                1,
+                Duration::from_secs(1)
+            )
+            .await,
+        "{}",
+        s.log()
+    );
+    assert_eq!(one(&busy, "SELECT 'y'::text").await, "y");
+}

@@ -64,6 +64,9 @@ pub enum ServerError {
     Io(#[from] io::Error),
     #[error("server connect timeout")]
     ConnectTimeout,
+    /// The server's host name did not resolve (PgBouncer's "server DNS lookup failed").
+    #[error("server DNS lookup failed: {0}")]
+    Dns(String),
     #[error("server sent a bad message: {0}")]
     Protocol(#[from] ProtocolError),
     #[error("server login failed: {}", .0.message)]
@@ -128,6 +131,7 @@ impl ServerError {
         match self {
             ServerError::Login(f) => f.message.clone(),
             ServerError::ConnectTimeout => "connect timeout".into(),
+            ServerError::Dns(_) => "server DNS lookup failed".into(),
             ServerError::Io(io)
                 if matches!(
                     io.kind(),

@@ -365,6 +365,10 @@ impl Pool {
             }?;
             let idle_for = now.saturating_duration_since(conn.last_used);
             if self.close_needed(conn.id, conn.generation, settings) {
+                settings
+                    .connect
+                    .log
+                    .closing_conn(&conn, reason::CONFIG_CHANGED);
                 continue;
             }
             if conn.host_retired() {
@@ -432,6 +436,16 @@ impl Pool {
             settings.connect.log.closing_conn(&conn, reason::LIFETIME);
         }
         if !clean || expired || self.over_limits(settings) {
+            if !clean && reusable && conn.is_clean() {
+                if self.close_needed(conn.id, conn.generation, settings) {
+                    settings
+                        .connect
+                        .log
+                        .closing_conn(&conn, reason::CLOSE_NEEDED);
+                } else if conn.host_retired() {
+                    settings.connect.log.closing_conn(&conn, reason::HOST_OUT);
+                }
+            }
             drop(conn);
             self.kick();
             return;

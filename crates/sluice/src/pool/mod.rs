@@ -287,7 +287,10 @@ impl Pool {
         self.drop_readers(false);
         if changed {
             *self.welcome.lock() = None;
-            drop(self.drain_idle());
+            let log = &self.settings().connect.log;
+            for conn in self.drain_idle() {
+                log.closing_conn(&conn, reason::CONFIG_CHANGED);
+            }
         }
         self.trim_surplus(&self.settings());
         self.kick();
@@ -625,6 +628,9 @@ impl Pool {
                     settings.connect.log.closing_conn(c, reason::CRASHED)
                 }
                 None if c.host_retired() => settings.connect.log.closing_conn(c, reason::HOST_OUT),
+                None if self.close_needed(c.id, c.generation, &settings) => {
+                    settings.connect.log.closing_conn(c, reason::CONFIG_CHANGED)
+                }
                 None => tracing::debug!("S-{}: {} closing idle server", c.id, self.key),
             }
         }

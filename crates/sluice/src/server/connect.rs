@@ -69,7 +69,10 @@ pub async fn open_addr(
     let work = async {
         let (stream, tls) = match &addr {
             ServerAddr::Tcp { host, port } => {
-                let ips = dns.resolve(host, opts.dns_ttl).await?;
+                let ips = dns
+                    .resolve(host, opts.dns_ttl)
+                    .await
+                    .map_err(|e| ServerError::Dns(e.to_string()))?;
                 let addrs: Vec<std::net::SocketAddr> = ips
                     .into_iter()
                     .map(|ip| std::net::SocketAddr::new(ip, *port))

@@ -17,6 +17,10 @@ pub mod reason {
     pub const HOST_OUT: &str = "host out of rotation or changed role";
     /// An idle server whose socket hung up or spoke.
     pub const CRASHED: &str = "server conn crashed?";
+    /// An idle server that RELOAD (a changed entry or server TLS) or RECONNECT made stale.
+    pub const CONFIG_CHANGED: &str = "database configuration changed";
+    /// The same for a server in use, closed when its client lets it go (PgBouncer's word).
+    pub const CLOSE_NEEDED: &str = "close_needed";
 }
 
 /// How one pool's servers are logged: its name in the lines and the two switches, as of the
