@@ -568,34 +568,83 @@ async fn reload_of_server_tls_settings_replaces_servers() {
 }
 
 #[tokio::test]
-async fn admin_set_of_tls_keys_rebuilds_tls_or_refuses() {
+async fn admin_set_of_tls_keys_rebuilds_tls_or_keeps_it() {
     let s = builder(&ini(
         "auth_type = trust\nclient_tls_sslmode = prefer\nserver_tls_sslmode = disable\n\
          admin_users = trust_user\n",
         DB_BY_IP,
     ))
     .start();
+    let c = Certs::get();
+    let served = || async {
+        PgTls::connect(s.port, &c.ca.pem.cert, Negotiation::SslRequest)
+            .await
+            .unwrap()
+            .peer_cert
+    };
     let mut console = Console::connect(s.port, "trust_user", "x").await.unwrap();
-    let e = console
+    // A file that cannot be read: stored, TLS stays as it was, the notice says why (PgBouncer's
+    // words, the reason in its DETAIL).
+    let r = console
         .query("SET client_tls_cert_file = '/nonexistent/cert.pem'")
         .await
-        .unwrap_err();
-    assert!(
-        e[&b'M'].contains("client_tls_cert_file") && e[&b'M'].contains("/nonexistent/cert.pem"),
-        "{e:?}"
-    );
-    // The old certificate is still served.
-    let c = Certs::get();
-    let tls = PgTls::connect(s.port, &c.ca.pem.cert, Negotiation::SslRequest)
-        .await
         .unwrap();
-    assert_eq!(tls.peer_cert, der(&c.sluice.cert));
-    console
+    assert_eq!(r.tag, "SET client_tls_cert_file=/nonexistent/cert.pem");
+    assert_eq!(
+        r.notices,
+        ["TLS settings could not be applied, still using old configuration"]
+    );
+    assert!(
+        r.notice_details[0].contains("/nonexistent/cert.pem"),
+        "{r:?}"
+    );
+    assert_eq!(
+        served().await,
+        der(&c.sluice.cert),
+        "the old certificate is still served"
+    );
+    // Nothing of it half-applies: require is not in force while TLS cannot be rebuilt.
+    let r = console
         .query("SET client_tls_sslmode = require")
         .await
         .unwrap();
+    assert_eq!(r.notices.len(), 1, "{r:?}");
+    s.connect("trust_user", "x", "app").await.unwrap();
+    // A new key and certificate, one SET at a time: the key alone does not fit the old
+    // certificate (kept), with its certificate both apply together with require.
+    let dir = s.dir.path();
+    std::fs::write(dir.join("b.crt"), &c.sluice_b.cert).unwrap();
+    std::fs::write(dir.join("b.key"), &c.sluice_b.key).unwrap();
+    let r = console
+        .query(&format!(
+            "SET client_tls_key_file = '{}'",
+            dir.join("b.key").display()
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.notices.len(), 1, "{r:?}");
+    assert_eq!(served().await, der(&c.sluice.cert));
+    let r = console
+        .query(&format!(
+            "SET client_tls_cert_file = '{}'",
+            dir.join("b.crt").display()
+        ))
+        .await
+        .unwrap();
+    assert!(r.notices.is_empty(), "{r:?}");
+    assert_eq!(
+        served().await,
+        der(&c.sluice_b.cert),
+        "the new pair is served"
+    );
     let e = s.connect("trust_user", "x", "app").await.unwrap_err();
     assert_eq!(e.as_db_error().unwrap().message(), "SSL required");
+    // A value that does not parse is refused outright.
+    let e = console
+        .query("SET client_tls_sslmode = 'sometimes'")
+        .await
+        .unwrap_err();
+    assert!(e[&b'M'].contains("client_tls_sslmode"), "{e:?}");
 }
 
 #[test]

@@ -236,7 +236,7 @@ impl App {
             }
         }
         // The files behind the rules, certificates and secrets are read again whatever changed.
-        self.apply(new, &diff, Effects::files())?;
+        self.apply(new, &diff, Effects::files(), false)?;
         tracing::info!(
             "RELOAD: configuration reloaded from {}",
             self.config_path.display()
@@ -245,8 +245,14 @@ impl App {
     }
 
     /// Admin SET: change one `[pgbouncer]` or `[sluice]` setting at runtime. Non-reloadable keys are
-    /// accepted and ignored, like PgBouncer. Returns whether the value was applied.
-    pub fn set_setting(&self, key: &str, value: &str) -> Result<bool, sluice_config::SetError> {
+    /// accepted and ignored, like PgBouncer. A TLS key whose TLS configuration cannot be built
+    /// yet (a key file set before its certificate) is stored while TLS stays as it was, as in
+    /// PgBouncer, so that such keys can be changed one SET at a time.
+    pub fn set_setting(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> Result<SetOutcome, sluice_config::SetError> {
         let def = sluice_config::find_def(sluice_config::PGBOUNCER_SETTINGS, key)
             .or_else(|| sluice_config::find_def(sluice_config::SLUICE_SETTINGS, key))
             .ok_or(sluice_config::SetError::UnknownKey)?;
@@ -258,19 +264,30 @@ impl App {
             cfg.sluice.set(key, value)?;
         }
         if !def.reloadable {
-            return Ok(false);
+            return Ok(SetOutcome::Ignored);
         }
         let diff = sluice_config::diff(&old, &cfg);
-        self.apply(cfg, &diff, Effects::default())
-            .map_err(|e| sluice_config::SetError::BadValue(e.to_string()))?;
-        Ok(true)
+        match self.apply(cfg, &diff, Effects::default(), true) {
+            Ok(None) => Ok(SetOutcome::Applied),
+            Ok(Some(tls_kept)) => Ok(SetOutcome::TlsKept(tls_kept)),
+            Err(e) => Err(sluice_config::SetError::BadValue(e.to_string())),
+        }
     }
 
     /// Put a changed config in place with what its changed keys take (`diff.changed_settings`,
     /// through the settings table's `effect` column), plus `also` (RELOAD: the files): everything that can fail (certificates, the HTTP endpoint's files, the
     /// auth file) is built first, so that a failure changes nothing; then the rules, caches and
     /// config are swapped, and every pool's targets recomputed (after any change: cheap).
-    fn apply(&self, new: Config, diff: &ReloadDiff, also: Effects) -> Result<(), ConfigError> {
+    ///
+    /// `tls_may_wait` (console SET): a TLS configuration that cannot be built does not stop the
+    /// rest; TLS stays as it was and the reason comes back (`Ok(Some(..))`).
+    fn apply(
+        &self,
+        new: Config,
+        diff: &ReloadDiff,
+        also: Effects,
+        tls_may_wait: bool,
+    ) -> Result<Option<String>, ConfigError> {
         let effects = diff
             .changed_settings
             .iter()
@@ -279,11 +296,20 @@ impl App {
                     .or_else(|| sluice_config::find_def(sluice_config::SLUICE_SETTINGS, key))
             })
             .fold(also, |e, def| e.with(def.effect));
+        let mut tls_kept = None;
         let tls = match effects.tls {
-            true => Some(
-                TlsSetup::load(&new.settings)
-                    .map_err(|e| e.into_config_error(&self.config_path.display().to_string()))?,
-            ),
+            true => match TlsSetup::load(&new.settings) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    // PgBouncer's words, which its operators and test suite look for.
+                    tracing::error!("TLS setup failed: {e}");
+                    if !tls_may_wait {
+                        return Err(e.into_config_error(&self.config_path.display().to_string()));
+                    }
+                    tls_kept = Some(e.to_string());
+                    None
+                }
+            },
             false => None,
         };
         let metrics_access = match effects.metrics_access {
@@ -315,7 +341,7 @@ impl App {
         }
         self.warn_unsupported();
         self.refresh_pools();
-        Ok(())
+        Ok(tls_kept)
     }
 
     /// Recompute every pool's settings from the current config. Servers are replaced when their
@@ -376,6 +402,16 @@ impl App {
             }
         }
     }
+}
+
+/// What a console SET did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetOutcome {
+    Applied,
+    /// Not changeable at runtime: accepted and ignored.
+    Ignored,
+    /// Stored, but the TLS configuration it makes cannot be built (the reason): TLS is unchanged.
+    TlsKept(String),
 }
 
 /// What `App::apply` runs for a change, from the settings table's `effect` column.

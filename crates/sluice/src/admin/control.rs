@@ -8,7 +8,7 @@ use std::time::Duration;
 use sluice_config::SetError;
 
 use super::{AdminError, ConsoleState, ADMIN_DB};
-use crate::app::App;
+use crate::app::{App, SetOutcome};
 use crate::client::kill::KillReason;
 use crate::client::registry::ClientEntry;
 use crate::error::sqlstate;
@@ -52,14 +52,15 @@ fn no_arg(arg: Option<&str>, cmd: &str) -> Result<(), AdminError> {
 }
 
 /// SET key = value: reloadable `[pgbouncer]`/`[sluice]` keys apply at once; others are ignored.
-pub fn set(app: &App, key: &str, value: &str) -> Result<(), AdminError> {
+/// Some(reason): stored, but TLS could not be rebuilt with it and stays as it was.
+pub fn set(app: &App, key: &str, value: &str) -> Result<Option<String>, AdminError> {
     match app.set_setting(key, value) {
-        Ok(applied) => {
-            if !applied {
-                tracing::info!("SET {key}: not changeable at runtime, ignored");
-            }
-            Ok(())
+        Ok(SetOutcome::Applied) => Ok(None),
+        Ok(SetOutcome::Ignored) => {
+            tracing::info!("SET {key}: not changeable at runtime, ignored");
+            Ok(None)
         }
+        Ok(SetOutcome::TlsKept(reason)) => Ok(Some(reason)),
         Err(SetError::UnknownKey) => {
             Err(AdminError::new(format!("unknown config parameter: {key}")))
         }

@@ -146,7 +146,16 @@ pub async fn execute(
                 return Ok(());
             }
             require_admin(access)?;
-            control::set(app, &key, &value)?;
+            if let Some(reason) = control::set(app, &key, &value)? {
+                // PgBouncer's notice; the detail says why.
+                encode_notice_with_detail(
+                    Severity::Notice,
+                    "00000",
+                    "TLS settings could not be applied, still using old configuration",
+                    &reason,
+                    out,
+                );
+            }
             encode_command_complete(&format!("SET {key}={value}"), out);
             Ok(())
         }

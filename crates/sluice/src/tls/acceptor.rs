@@ -3,11 +3,18 @@
 
 use std::sync::Arc;
 
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::ServerConfig;
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+};
 use sluice_config::{Settings, TlsMode};
 use tokio::net::TcpStream;
 
+use super::v1_certs;
 use super::{describe, pem, TlsError, TlsFacts};
 use crate::auth::cpu::AuthCpu;
 use crate::net::tls_io::FlushedTls;
@@ -75,22 +82,27 @@ impl ClientTls {
         } else {
             // verify-ca / verify-full require a certificate; lower modes check one when offered,
             // so HBA `cert` rules and auth_type=cert can still use it.
-            let roots = pem::roots("client_tls_ca_file", &s.client_tls_ca_file)?;
-            let v = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let roots = Arc::new(pem::roots("client_tls_ca_file", &s.client_tls_ca_file)?);
+            let v = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
             let v = if verify { v } else { v.allow_unauthenticated() };
-            let v = v.build().map_err(|e| {
+            let inner = v.build().map_err(|e| {
                 TlsError::file("client_tls_ca_file", &s.client_tls_ca_file, e.to_string())
             })?;
-            builder.with_client_cert_verifier(v)
+            builder.with_client_cert_verifier(Arc::new(ClientCerts {
+                inner,
+                roots,
+                provider: provider.clone(),
+            }))
         };
         let end_point = describe::end_point(&chain[0]);
-        let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+        let ours = v1_certs::certified_key(chain, key, &provider).map_err(|e| {
             TlsError::file(
                 "client_tls_key_file",
                 &s.client_tls_key_file,
                 format!("key does not fit client_tls_cert_file: {e}"),
             )
         })?;
+        let mut config = builder.with_cert_resolver(Arc::new(v1_certs::OneCert(ours)));
         config.alpn_protocols = vec![ALPN_POSTGRESQL.to_vec()];
         Ok(ClientTls {
             mode,
@@ -156,5 +168,68 @@ impl ClientTls {
         let mut stream = Stream::ClientTls(Box::new(FlushedTls::new(tls)));
         stream.move_to_current_worker()?;
         Ok((stream, facts))
+    }
+}
+
+/// Client certificates: webpki's checks, and a version 1 certificate's chain and signatures
+/// (`v1_certs`), which webpki refuses.
+#[derive(Debug)]
+struct ClientCerts {
+    inner: Arc<dyn ClientCertVerifier>,
+    roots: Arc<RootCertStore>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ClientCertVerifier for ClientCerts {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        if !v1_certs::is_v1(end_entity) {
+            return self
+                .inner
+                .verify_client_cert(end_entity, intermediates, now);
+        }
+        let algs = &self.provider.signature_verification_algorithms;
+        v1_certs::verify_chain(end_entity, intermediates, &self.roots, now, algs)?;
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algs = &self.provider.signature_verification_algorithms;
+        v1_certs::verify_tls12(message, cert, dss, algs)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        let algs = &self.provider.signature_verification_algorithms;
+        v1_certs::verify_tls13(message, cert, dss, algs)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
@@ -14,6 +14,7 @@ use sluice_config::{Settings, TlsMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::v1_certs::{self, verify_tls12, verify_tls13};
 use super::{describe, pem, TlsError};
 use crate::auth::cpu::AuthCpu;
 use crate::net::tls_io::FlushedTls;
@@ -91,15 +92,24 @@ impl ServerTls {
         };
         let verifier: Arc<dyn ServerCertVerifier> = match mode {
             TlsMode::VerifyFull => {
-                WebPkiServerVerifier::builder_with_provider(roots()?, provider.clone())
-                    .build()
-                    .map_err(|e| TlsError::setting("server_tls_ca_file", e.to_string()))?
+                let roots = roots()?;
+                let inner =
+                    WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
+                        .build()
+                        .map_err(|e| TlsError::setting("server_tls_ca_file", e.to_string()))?;
+                Arc::new(Full {
+                    inner,
+                    roots,
+                    provider: provider.clone(),
+                })
             }
             TlsMode::VerifyCa => Arc::new(ChainOnly {
                 roots: roots()?,
                 provider: provider.clone(),
             }),
-            _ => Arc::new(NoVerify { provider }),
+            _ => Arc::new(NoVerify {
+                provider: provider.clone(),
+            }),
         };
         let builder = builder
             .dangerous()
@@ -112,13 +122,14 @@ impl ServerTls {
             (false, false) => {
                 let chain = pem::certs("server_tls_cert_file", &s.server_tls_cert_file)?;
                 let key = pem::private_key("server_tls_key_file", &s.server_tls_key_file)?;
-                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                let ours = v1_certs::certified_key(chain, key, &provider).map_err(|e| {
                     TlsError::file(
                         "server_tls_key_file",
                         &s.server_tls_key_file,
                         format!("key does not fit server_tls_cert_file: {e}"),
                     )
-                })?
+                })?;
+                builder.with_client_cert_resolver(Arc::new(v1_certs::OneCert(ours)))
             }
             (true, false) => {
                 return Err(TlsError::setting(
@@ -236,6 +247,14 @@ struct NoVerify {
     provider: Arc<CryptoProvider>,
 }
 
+/// verify-full: webpki's chain and host name checks (a version 1 certificate: `v1_certs`).
+#[derive(Debug)]
+struct Full {
+    inner: Arc<WebPkiServerVerifier>,
+    roots: Arc<RootCertStore>,
+    provider: Arc<CryptoProvider>,
+}
+
 /// verify-ca: the chain must lead to a trusted CA; the host name is not checked.
 #[derive(Debug)]
 struct ChainOnly {
@@ -251,7 +270,7 @@ macro_rules! signature_checks {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls12_signature(
+            verify_tls12(
                 message,
                 cert,
                 dss,
@@ -265,7 +284,7 @@ macro_rules! signature_checks {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls13_signature(
+            verify_tls13(
                 message,
                 cert,
                 dss,
@@ -305,6 +324,11 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        if v1_certs::is_v1(end_entity) {
+            let algs = &self.provider.signature_verification_algorithms;
+            v1_certs::verify_chain(end_entity, intermediates, &self.roots, now, algs)?;
+            return Ok(ServerCertVerified::assertion());
+        }
         let cert = ParsedCertificate::try_from(end_entity)?;
         rustls::client::verify_server_cert_signed_by_trust_anchor(
             &cert,
@@ -313,6 +337,33 @@ impl ServerCertVerifier for ChainOnly {
             now,
             self.provider.signature_verification_algorithms.all,
         )?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    signature_checks!();
+}
+
+impl ServerCertVerifier for Full {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if !v1_certs::is_v1(end_entity) {
+            return self.inner.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp,
+                now,
+            );
+        }
+        let algs = &self.provider.signature_verification_algorithms;
+        v1_certs::verify_chain(end_entity, intermediates, &self.roots, now, algs)?;
+        v1_certs::verify_name(end_entity, server_name)?;
         Ok(ServerCertVerified::assertion())
     }
 

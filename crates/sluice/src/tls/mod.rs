@@ -10,6 +10,7 @@ pub mod describe;
 pub mod handshake;
 pub mod http;
 pub mod pem;
+pub mod v1_certs;
 pub mod versions;
 
 use std::sync::Arc;

@@ -225,7 +225,7 @@ pub fn cipher_suites(
                     return Err(TlsError::setting(
                         key13,
                         format!(
-                            "unknown TLS 1.3 cipher suite '{t}' (rustls offers TLS_AES_256_GCM_SHA384, TLS_AES_128_GCM_SHA256, TLS_CHACHA20_POLY1305_SHA256)"
+                            "failed to set the TLSv1.3 cipher suites: unknown suite '{t}' (rustls offers TLS_AES_256_GCM_SHA384, TLS_AES_128_GCM_SHA256, TLS_CHACHA20_POLY1305_SHA256)"
                         ),
                     ))
                 }
