@@ -773,3 +773,51 @@ fn hba_rules_use_the_tls_facts() {
     let (st, _, _) = psql_cmd(&conn("trust_user", "sslmode=require"), "SELECT 1");
     assert!(!st.success(), "cert rule without a certificate accepted");
 }
+
+/// X.509 version 1 certificates, as `openssl x509 -req` issues them (the OpenSSL-made fixtures of
+/// `crates/sluice/src/tls/testdata/v1`): Sluice serves one to psql under verify-full (CN =
+/// localhost), and takes a client's one through an intermediate under verify-ca; webpki alone
+/// refuses both (the old build did not start with such a certificate).
+#[test]
+fn version_1_certificates_work_on_the_client_leg() {
+    let v1 = |name: &str| {
+        std::fs::read_to_string(format!(
+            "{}/../crates/sluice/src/tls/testdata/v1/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    let s = Sluice::builder(&ini(
+        "auth_type = trust\nclient_tls_sslmode = verify-ca\nclient_tls_ca_file = {dir}/ca.crt\n",
+        DB_BY_IP,
+    ))
+    .file("sluice.crt", &v1("leaf.crt"))
+    .file("sluice.key", &v1("leaf.key"))
+    .file("ca.crt", &v1("root.crt"))
+    .file(
+        "client.crt",
+        &format!("{}{}", v1("deep.crt"), v1("inter.crt")),
+    )
+    .userlist("\"trust_user\" \"\"\n")
+    .start();
+    let dir = s.dir.path().to_path_buf();
+    write_private(&dir.join("client.key"), &v1("deep.key"));
+    let conn = |extra: &str| {
+        verify_full_conn(
+            &s,
+            "trust_user",
+            "app",
+            &format!(
+                "sslcert={}/client.crt sslkey={}/client.key {extra}",
+                dir.display(),
+                dir.display()
+            ),
+        )
+    };
+    let (st, out, err) = psql_cmd(&conn(""), "SELECT 'v1 ok'");
+    assert!(st.success(), "{out}{err}\n{}", s.log());
+    assert_eq!(out.trim(), "v1 ok");
+    // Without the client certificate verify-ca refuses the handshake.
+    let (st, _, _) = psql_cmd(&verify_full_conn(&s, "trust_user", "app", ""), "SELECT 1");
+    assert!(!st.success());
+}
