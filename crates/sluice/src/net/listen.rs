@@ -170,7 +170,8 @@ fn bind_tcp_all(
                     .collect()
             };
             for (i, addr) in resolved.iter().enumerate() {
-                match bind_per_worker(*addr, s.listen_backlog, s.so_reuseport, workers) {
+                let buffer = s.tcp_socket_buffer;
+                match bind_per_worker(*addr, s.listen_backlog, buffer, s.so_reuseport, workers) {
                     Ok(ls) => tcp.extend(ls),
                     // '*' also tries IPv6; a host without IPv6 is fine with IPv4 alone.
                     Err(_) if a == "*" && i == 1 => {}
@@ -191,13 +192,14 @@ fn bind_tcp_all(
 fn bind_per_worker(
     addr: SocketAddr,
     backlog: u32,
+    buffer: u32,
     so_reuseport: bool,
     workers: usize,
 ) -> io::Result<Vec<TcpListening>> {
     if workers <= 1 {
         return Ok(vec![TcpListening {
             worker: 0,
-            listener: bind_std(addr, backlog, so_reuseport)?,
+            listener: bind_std(addr, backlog, buffer, so_reuseport)?,
             steers: false,
         }]);
     }
@@ -214,7 +216,7 @@ fn bind_per_worker(
     let mut addr = addr;
     // Bound in worker order: a socket's index in the kernel's group is its worker (`steer.rs`).
     for w in 0..workers {
-        let l = bind_std(addr, backlog, true)?;
+        let l = bind_std(addr, backlog, buffer, true)?;
         addr = l.local_addr()?;
         out.push(TcpListening {
             worker: w,
@@ -226,11 +228,22 @@ fn bind_per_worker(
 }
 
 fn bind_tcp(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<TcpListener> {
-    TcpListener::from_std(bind_std(addr, backlog, reuseport)?)
+    TcpListener::from_std(bind_std(addr, backlog, 0, reuseport)?)
 }
 
-fn bind_std(addr: SocketAddr, backlog: u32, reuseport: bool) -> io::Result<std::net::TcpListener> {
+/// `buffer`: tcp_socket_buffer (0: the OS default), set on the listening socket so that accepted
+/// connections have it from their handshake on (see `socket::connect_tuned`).
+fn bind_std(
+    addr: SocketAddr,
+    backlog: u32,
+    buffer: u32,
+    reuseport: bool,
+) -> io::Result<std::net::TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    if buffer > 0 {
+        sock.set_send_buffer_size(buffer as usize)?;
+        sock.set_recv_buffer_size(buffer as usize)?;
+    }
     sock.set_reuse_address(true)?;
     if addr.is_ipv6() {
         sock.set_only_v6(true)?;

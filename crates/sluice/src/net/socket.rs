@@ -58,6 +58,32 @@ pub fn tune_tcp(stream: &TcpStream, t: &TcpTuning) {
     }
 }
 
+/// Connect to the first of `addrs` that answers, tuned. tcp_socket_buffer is set before the
+/// connect: the window scale is agreed in the handshake, and a buffer shrunk after it (to a few
+/// KiB under a scale made for the default one) stalls every transfer on delayed ACKs (a
+/// pg_basebackup through the pooler took minutes instead of a second).
+pub async fn connect_tuned(addrs: &[std::net::SocketAddr], t: &TcpTuning) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
+    for addr in addrs {
+        let socket = match addr {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        if t.socket_buffer > 0 {
+            let _ = socket.set_send_buffer_size(t.socket_buffer);
+            let _ = socket.set_recv_buffer_size(t.socket_buffer);
+        }
+        match socket.connect(*addr).await {
+            Ok(stream) => {
+                tune_tcp(&stream, t);
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// Seconds of TCP_DEFER_ACCEPT when `tcp_defer_accept` is on (PgBouncer's fixed value).
 pub const DEFER_ACCEPT_SECS: libc::c_int = 45;
 

@@ -7,14 +7,14 @@ use std::time::Duration;
 use bytes::BytesMut;
 use sluice_protocol::{encode_startup, ScramKeys};
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::UnixStream;
 
 use super::log::ServerLog;
 use super::login_machine::LoginRules;
 use super::{login, query, ServerAddr, ServerConn, ServerTarget};
 use crate::auth::cpu::AuthCpu;
 use crate::error::ServerError;
-use crate::net::socket::{tune_tcp, TcpTuning};
+use crate::net::socket::{connect_tuned, TcpTuning};
 use crate::net::Stream;
 use crate::tls::{ServerTls, ServerTlsError};
 
@@ -77,8 +77,7 @@ pub async fn open_addr(
                     .into_iter()
                     .map(|ip| std::net::SocketAddr::new(ip, *port))
                     .collect();
-                let s = TcpStream::connect(&addrs[..]).await?;
-                tune_tcp(&s, &opts.tcp);
+                let s = connect_tuned(&addrs, &opts.tcp).await?;
                 opts.tls.connect(s, host, cpu).await.map_err(|e| match e {
                     // The server went away while asked for TLS: a network failure (retried after
                     // server_login_retry), not a refusal.
