@@ -71,8 +71,16 @@ pub fn over_limit(count: usize, limit: usize) -> bool {
 /// Should the pool open one more server? Demand is a waiting client that no connecting server
 /// will serve yet, the pool being below min_pool_size, or a retry after failed logins that a
 /// refused client asked for.
+///
+/// A pool with no logged-in server opens one at a time, as PgBouncer opens every server: the
+/// first login shows whether the host answers (a host that is down, or the first of a host list
+/// that does not resolve, costs one failed connect, not one per waiting client); once a server
+/// is in, the rest open side by side.
 pub fn plan_growth(s: &PoolSnapshot, l: &PoolLimits) -> Growth {
     if s.retry_blocked || s.frozen {
+        return Growth::No;
+    }
+    if s.connecting > 0 && s.total <= s.connecting {
         return Growth::No;
     }
     let cap = capacity(s, l);
@@ -232,6 +240,25 @@ mod tests {
         };
         assert_eq!(
             plan_growth(&s, &limits(2, 0)),
+            Growth::Open {
+                from_reserve: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_pool_without_a_server_opens_one_at_a_time() {
+        let mut s = PoolSnapshot {
+            total: 1,
+            connecting: 1,
+            waiters: 10,
+            ..Default::default()
+        };
+        assert_eq!(plan_growth(&s, &limits(5, 0)), Growth::No);
+        // Once one is in, the other waiters get servers side by side.
+        s.total = 2;
+        assert_eq!(
+            plan_growth(&s, &limits(5, 0)),
             Growth::Open {
                 from_reserve: false
             }
