@@ -105,3 +105,22 @@ pub fn builder(ini: &str) -> SluiceBuilder {
             "\"trust_user\" \"trust_pass\"\n\"md5_user\" \"md5_pass\"\n\"scram_user\" \"scram_pass\"\n",
         )
 }
+
+/// libpq connection string to Sluice verifying its certificate (host name "localhost").
+pub fn verify_full_conn(s: &Sluice, user: &str, db: &str, extra: &str) -> String {
+    format!(
+        "host=localhost hostaddr=127.0.0.1 port={} dbname={db} user={user} sslmode=verify-full \
+         sslrootcert={}/ca.crt connect_timeout=5 {extra}",
+        s.port,
+        s.dir.path().display()
+    )
+}
+
+/// The DER bytes of a PEM certificate.
+pub fn der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .as_ref()
+        .to_vec()
+}
