@@ -3,14 +3,11 @@
 
 use std::sync::Arc;
 
-use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{
-    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
-};
+use rustls::{DistinguishedName, RootCertStore, ServerConfig};
 use sluice_config::{Settings, TlsMode};
 use tokio::net::TcpStream;
 
@@ -209,27 +206,5 @@ impl ClientCertVerifier for ClientCerts {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = &self.provider.signature_verification_algorithms;
-        v1_certs::verify_tls12(message, cert, dss, algs)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algs = &self.provider.signature_verification_algorithms;
-        v1_certs::verify_tls13(message, cert, dss, algs)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
+    v1_certs::signature_checks!();
 }

@@ -4,17 +4,17 @@
 
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{ClientConfig, RootCertStore};
 use sluice_config::{Settings, TlsMode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::v1_certs::{self, verify_tls12, verify_tls13};
+use super::v1_certs;
 use super::{describe, pem, TlsError};
 use crate::auth::cpu::AuthCpu;
 use crate::net::tls_io::FlushedTls;
@@ -262,44 +262,6 @@ struct ChainOnly {
     provider: Arc<CryptoProvider>,
 }
 
-macro_rules! signature_checks {
-    () => {
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls12(
-                message,
-                cert,
-                dss,
-                &self.provider.signature_verification_algorithms,
-            )
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            verify_tls13(
-                message,
-                cert,
-                dss,
-                &self.provider.signature_verification_algorithms,
-            )
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.provider
-                .signature_verification_algorithms
-                .supported_schemes()
-        }
-    };
-}
-
 impl ServerCertVerifier for NoVerify {
     fn verify_server_cert(
         &self,
@@ -312,7 +274,7 @@ impl ServerCertVerifier for NoVerify {
         Ok(ServerCertVerified::assertion())
     }
 
-    signature_checks!();
+    v1_certs::signature_checks!();
 }
 
 impl ServerCertVerifier for ChainOnly {
@@ -340,7 +302,7 @@ impl ServerCertVerifier for ChainOnly {
         Ok(ServerCertVerified::assertion())
     }
 
-    signature_checks!();
+    v1_certs::signature_checks!();
 }
 
 impl ServerCertVerifier for Full {
@@ -367,5 +329,5 @@ impl ServerCertVerifier for Full {
         Ok(ServerCertVerified::assertion())
     }
 
-    signature_checks!();
+    v1_certs::signature_checks!();
 }

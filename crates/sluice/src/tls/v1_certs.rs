@@ -152,6 +152,39 @@ pub fn verify_tls13(
     rustls::crypto::verify_tls13_signature_with_raw_key(msg, &spki, dss, supported)
 }
 
+/// The handshake signature checks of a verifier (client or server side) whose `provider` field
+/// holds the crypto provider: `verify_tls12` / `verify_tls13` and the provider's schemes.
+macro_rules! signature_checks {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            let algs = &self.provider.signature_verification_algorithms;
+            $crate::tls::v1_certs::verify_tls12(message, cert, dss, algs)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &rustls::pki_types::CertificateDer<'_>,
+            dss: &rustls::DigitallySignedStruct,
+        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+            let algs = &self.provider.signature_verification_algorithms;
+            $crate::tls::v1_certs::verify_tls13(message, cert, dss, algs)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    };
+}
+pub(crate) use signature_checks;
+
 /// Whether `cert` is within its validity period at `now`.
 fn current(cert: &X509Certificate<'_>, now: UnixTime) -> Result<(), Error> {
     let now = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);

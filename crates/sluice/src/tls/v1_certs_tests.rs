@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{ClientConfig, ClientConnection, DistinguishedName, ServerConfig, ServerConnection};
 use rustls_pki_types::pem::PemObject;
@@ -107,7 +107,7 @@ fn our_key_must_fit_our_certificate() {
 #[derive(Debug)]
 struct V1Only {
     roots: RootCertStore,
-    algs: WebPkiSupportedAlgorithms,
+    provider: Arc<CryptoProvider>,
 }
 
 impl ServerCertVerifier for V1Only {
@@ -119,29 +119,12 @@ impl ServerCertVerifier for V1Only {
         _ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
-        verify_chain(end_entity, intermediates, &self.roots, now, &self.algs)?;
+        let algs = &self.provider.signature_verification_algorithms;
+        verify_chain(end_entity, intermediates, &self.roots, now, algs)?;
         verify_name(end_entity, server_name)?;
         Ok(ServerCertVerified::assertion())
     }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12(m, c, d, &self.algs)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13(m, c, d, &self.algs)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algs.supported_schemes()
-    }
+    signature_checks!();
 }
 
 impl ClientCertVerifier for V1Only {
@@ -154,28 +137,11 @@ impl ClientCertVerifier for V1Only {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, Error> {
-        verify_chain(end_entity, intermediates, &self.roots, now, &self.algs)?;
+        let algs = &self.provider.signature_verification_algorithms;
+        verify_chain(end_entity, intermediates, &self.roots, now, algs)?;
         Ok(ClientCertVerified::assertion())
     }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12(m, c, d, &self.algs)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13(m, c, d, &self.algs)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algs.supported_schemes()
-    }
+    signature_checks!();
 }
 
 /// A handshake in memory: server with `leaf`, client with `deep` (through the intermediate),
@@ -184,7 +150,7 @@ fn handshake(version: &'static rustls::SupportedProtocolVersion, host: &str) -> 
     let p = provider();
     let verifier = Arc::new(V1Only {
         roots: roots(&["root.crt"]),
-        algs: p.signature_verification_algorithms,
+        provider: p.clone(),
     });
     let server_key = certified_key(vec![cert("leaf.crt")], key("leaf.key"), &p).unwrap();
     let client_key = certified_key(
