@@ -99,6 +99,9 @@ pub struct RelayRules<'a> {
     pub timeouts: &'a RelayTimeouts,
     /// disable_pqexec: a simple Query ends the client, never forwarded.
     pub refuse_simple_query: bool,
+    /// tcp_socket_buffer (0: not set): the most bytes one write to a TCP socket carries
+    /// (`Stream::poll_write_pair_capped`); the IO shell's, not the core's.
+    pub write_cap: u32,
 }
 
 /// Per-direction scan position: `ready` bytes at the front of the buffer are inspected and may be

@@ -246,6 +246,8 @@ pub struct Relay<'a> {
     /// Session mode: set by the janitor (server_fast_close) when the linked server is due to
     /// close; the relay then ends if the session is idle (`close_when_idle`).
     close_flag: Option<&'a AtomicBool>,
+    /// `RelayRules::write_cap`.
+    write_cap: u32,
 }
 
 impl<'a> Relay<'a> {
@@ -271,6 +273,7 @@ impl<'a> Relay<'a> {
             names: names.as_ref(),
         };
         let (server_side, server_stream) = ServerSide::of(server);
+        let write_cap = rules.write_cap;
         Relay {
             client_stream,
             server_stream,
@@ -281,6 +284,7 @@ impl<'a> Relay<'a> {
             deadline: None,
             sleep: None,
             close_flag: None,
+            write_cap,
         }
     }
 
@@ -444,7 +448,11 @@ impl<'a> Relay<'a> {
             return Ok(false);
         }
         // Rewritten bytes and the ready prefix after them go out in one write.
-        match self.server_stream.poll_write_pair(cx, inject, ready) {
+        let cap = self.write_cap as usize;
+        match self
+            .server_stream
+            .poll_write_pair_capped(cx, inject, ready, cap)
+        {
             Poll::Ready(Ok(0)) => Err(self.core.server_lost("the server closed the connection")),
             Poll::Ready(Err(e)) => Err(self.core.server_lost(&e.to_string())),
             Poll::Ready(Ok(n)) => {
@@ -461,7 +469,11 @@ impl<'a> Relay<'a> {
             return Ok(false);
         }
         // Synthesized replies and the server's ready prefix after them go out in one write.
-        match self.client_stream.poll_write_pair(cx, inject, ready) {
+        let cap = self.write_cap as usize;
+        match self
+            .client_stream
+            .poll_write_pair_capped(cx, inject, ready, cap)
+        {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone { clean: false }),
             Poll::Ready(Ok(n)) => {
                 self.core.wrote_to_client(n);

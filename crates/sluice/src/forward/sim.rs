@@ -488,6 +488,7 @@ impl World {
                 max_packet: 1 << 30,
                 timeouts: &self.timeouts,
                 refuse_simple_query: false,
+                write_cap: 0,
             },
             Instant::now(),
         )

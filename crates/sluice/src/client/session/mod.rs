@@ -617,6 +617,7 @@ async fn relay_once(
         max_packet: settings.connect.max_packet_size,
         timeouts: &settings.relay,
         refuse_simple_query: settings.session.refuse_simple_query,
+        write_cap: settings.connect.tcp.socket_buffer,
     };
     let mut relay = Relay::new(client, server, parts, rules, from);
     if relay_ahead {
