@@ -27,6 +27,8 @@ mod fast_close;
 mod hosts;
 #[path = "parity/lifecycle.rs"]
 mod lifecycle;
+#[path = "parity/log_lines.rs"]
+mod log_lines;
 #[path = "parity/login_and_pqexec.rs"]
 mod login_and_pqexec;
 #[path = "parity/pool_sizes.rs"]

@@ -154,7 +154,10 @@ impl fmt::Display for Label<'_> {
 pub enum EndReason {
     /// Closed (or a cancel request) before any startup packet: TCP health checks, not logged.
     NoSession,
+    /// The client sent Terminate (PgBouncer's `client close request`).
     ClientClosed,
+    /// The client's socket closed or failed without a Terminate (`client unexpected eof`).
+    ClientEof,
     LoginTimeout,
     Error(ClientNotice),
     Shutdown,

@@ -197,12 +197,13 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason, age: std::ti
             crate::error::sqlstate::ADMIN_SHUTDOWN,
             "server shutting down",
         )),
-        EndReason::ClientClosed | EndReason::NoSession => None,
+        EndReason::ClientClosed | EndReason::ClientEof | EndReason::NoSession => None,
     };
     if cfg.settings.log_disconnections && !matches!(reason, EndReason::NoSession) {
-        let why = match &fatal {
-            Some(n) => n.message.as_str(),
-            None => "client close request",
+        let why = match (&fatal, &reason) {
+            (Some(n), _) => n.message.as_str(),
+            (None, EndReason::ClientEof) => "client unexpected eof",
+            (None, _) => "client close request",
         };
         tracing::info!(
             "C-{}: {} closing because: {} (age={}s)",
@@ -226,7 +227,12 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason, age: std::ti
     // A plaintext client that closed (Terminate or EOF) is owed nothing more: closing the socket
     // (on drop) sends the FIN, a shutdown first would be one more system call per login. TLS
     // still sends its close_notify; after an error the FIN goes out behind the FATAL.
-    if client.stream.is_tls() || !matches!(reason, EndReason::ClientClosed | EndReason::NoSession) {
+    if client.stream.is_tls()
+        || !matches!(
+            reason,
+            EndReason::ClientClosed | EndReason::ClientEof | EndReason::NoSession
+        )
+    {
         let _ = client.stream.shutdown().await;
     }
 }

@@ -14,6 +14,7 @@ use crate::client::registry::ClientEntry;
 use crate::error::sqlstate;
 use crate::lifecycle::Phase;
 use crate::pool::Pool;
+use crate::server::log::reason;
 use crate::targets;
 
 /// How often PAUSE / SUSPEND / WAIT_CLOSE re-check their condition.
@@ -75,7 +76,7 @@ pub fn pause_all(app: &App) -> Result<(), AdminError> {
         .map_err(|e| AdminError::new(e.to_string()))?;
     for p in scope(app, None) {
         p.set_paused(true);
-        p.close_idle();
+        p.close_idle(reason::PAUSE_MODE);
     }
     tracing::info!("PAUSE: pooler paused");
     Ok(())
@@ -128,7 +129,7 @@ async fn pause(app: &App, db: Option<&str>) -> Result<(), AdminError> {
             let pools = scope(app, Some(d));
             for p in &pools {
                 p.set_paused(true);
-                p.close_idle();
+                p.close_idle(reason::PAUSE_MODE);
             }
             wait_released(&pools).await;
         }
@@ -156,7 +157,6 @@ async fn suspend(app: &App, state: &mut ConsoleState) -> Result<(), AdminError> 
         .suspend()
         .map_err(|e| AdminError::new(e.to_string()))?;
     state.suspended_here = true;
-    tracing::info!("SUSPEND command issued");
     // Clients blocked reading would not look at the gate before their peer sends something.
     for c in app.registry.all() {
         c.kill.nudge();
@@ -235,7 +235,7 @@ fn kill(app: &App, db: Option<&str>) -> Result<(), AdminError> {
     for p in &pools {
         p.set_paused(true);
         // Idle servers now, the others as their killed clients let go of them.
-        p.reconnect();
+        p.reconnect(reason::DB_REMOVED);
     }
     for c in app.registry.all() {
         let Some((cdb, _)) = c.identity.get() else {
@@ -289,6 +289,22 @@ pub const COMMANDS: &[&str] = &[
     "wait_close",
 ];
 
+/// PgBouncer's `<COMMAND> ['<database>'] command issued` line, logged before the command is
+/// checked (a refused one is logged too, its error after it), as operators' audit greps expect.
+/// KILL_CLIENT logs its own line once the client is found; a DISABLE or ENABLE without a database
+/// is refused first.
+fn log_issued(cmd: &str, arg: Option<&str>) {
+    let upper = cmd.to_ascii_uppercase();
+    match (cmd, arg) {
+        ("kill_client", _) | ("disable" | "enable", None) => {}
+        ("shutdown", Some(mode)) => {
+            tracing::info!("SHUTDOWN {} command issued", mode.to_ascii_uppercase())
+        }
+        ("reload" | "suspend", _) | (_, None) => tracing::info!("{upper} command issued"),
+        (_, Some(db)) => tracing::info!("{upper} '{db}' command issued"),
+    }
+}
+
 /// Run a non-SHOW command; returns its CommandComplete tag.
 pub async fn run(
     app: &Arc<App>,
@@ -296,6 +312,9 @@ pub async fn run(
     arg: Option<&str>,
     state: &mut ConsoleState,
 ) -> Result<&'static str, AdminError> {
+    if COMMANDS.contains(&cmd) {
+        log_issued(cmd, arg);
+    }
     Ok(match cmd {
         "reload" => {
             no_arg(arg, cmd)?;
@@ -342,7 +361,7 @@ pub async fn run(
                 known_db(app, d)?;
             }
             for p in scope(app, arg) {
-                p.reconnect();
+                p.reconnect(reason::CONFIG_CHANGED);
             }
             "RECONNECT"
         }
@@ -363,7 +382,6 @@ pub async fn run(
                     return Err(AdminError::unknown_command(&format!("shutdown {other}")))
                 }
             };
-            tracing::info!("SHUTDOWN requested from the admin console ({phase:?})");
             app.lifecycle.request(phase);
             "SHUTDOWN"
         }

@@ -149,7 +149,7 @@ pub async fn run(
     encode_backend_key_data(cancel.key, &mut client.wbuf);
     encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
     if client.flush().await.is_err() {
-        return EndReason::ClientClosed;
+        return EndReason::ClientEof;
     }
     app.admin_clients.fetch_add(1, Ordering::AcqRel);
     let _member = ConsoleMember(app.clone());
@@ -209,9 +209,8 @@ async fn serve(
         };
         let body = match msg {
             Ok((frontend_tag::QUERY, body)) => body,
-            Ok((frontend_tag::TERMINATE, _)) | Err(ReadError::Closed) => {
-                return EndReason::ClientClosed
-            }
+            Ok((frontend_tag::TERMINATE, _)) => return EndReason::ClientClosed,
+            Err(ReadError::Closed) => return EndReason::ClientEof,
             Ok((b'P' | b'B' | b'E' | b'D' | b'S' | b'C' | b'H' | b'F', _)) => {
                 return refuse("extended query protocol not supported by admin console")
             }
@@ -232,7 +231,7 @@ async fn serve(
                 r = execute(app, access, cmd, state, &mut out) => r,
                 _ = peer_gone(&mut client.stream, &mut client.rbuf) => {
                     tracing::info!("C-{}: {} admin console closed while its command ran", client.id, client.label());
-                    return EndReason::ClientClosed;
+                    return EndReason::ClientEof;
                 }
                 _ = entry.kill.cancelled() => return refuse("admin forced disconnect"),
             },
@@ -242,6 +241,16 @@ async fn serve(
             if e.unknown_command {
                 // PgBouncer's words quote the query as it was typed.
                 e.message = parse::ParseError(text).to_string();
+            }
+            // PgBouncer logs a console error twice: the error, then the client's `pooler error`.
+            tracing::error!("{}", e.message);
+            if app.config().settings.log_pooler_errors {
+                tracing::warn!(
+                    "C-{}: {} pooler error: {}",
+                    client.id,
+                    client.label(),
+                    e.message
+                );
             }
             encode_error(
                 Severity::Error,
@@ -255,7 +264,7 @@ async fn serve(
         encode_ready_for_query(TransactionStatus::Idle, &mut out);
         client.wbuf = out;
         if client.flush().await.is_err() {
-            return EndReason::ClientClosed;
+            return EndReason::ClientEof;
         }
     }
 }

@@ -283,7 +283,9 @@ async fn find_secret(app: &Arc<App>, req: &AuthRequest<'_>) -> Result<Found, Fai
 
 /// Send what is queued and read the client's next authentication message ('p').
 async fn exchange(client: &mut ClientConn) -> Result<bytes::BytesMut, EndReason> {
-    client.flush().await.map_err(|_| EndReason::ClientClosed)?;
+    // A client that leaves at a password request (psql's first connection, when it has to ask
+    // for one) is not logged, as by PgBouncer.
+    client.flush().await.map_err(|_| EndReason::NoSession)?;
     let read = crate::net::framed::read_message_when_ready(
         &mut client.stream,
         &mut client.rbuf,
@@ -297,7 +299,7 @@ async fn exchange(client: &mut ClientConn) -> Result<bytes::BytesMut, EndReason>
             sqlstate::PROTOCOL_VIOLATION,
             format!("expected password message, got '{}'", tag.escape_ascii()),
         ))),
-        Err(crate::net::framed::ReadError::Closed) => Err(EndReason::ClientClosed),
+        Err(crate::net::framed::ReadError::Closed) => Err(EndReason::NoSession),
         Err(e) => Err(EndReason::Error(ClientNotice::new(
             sqlstate::PROTOCOL_VIOLATION,
             format!("bad auth packet: {e}"),

@@ -162,7 +162,7 @@ pub fn login<'a>(
             );
         }
         encode_ready_for_query(TransactionStatus::Idle, &mut client.wbuf);
-        client.flush().await.map_err(|_| EndReason::ClientClosed)?;
+        client.flush().await.map_err(|_| EndReason::ClientEof)?;
         // Only errors are composed here from now on: the welcome's buffer is not kept for them.
         client.wbuf = bytes::BytesMut::new();
         Ok(Joined::Pool(Session::joined(

@@ -141,6 +141,18 @@ impl Timeout {
         sqlstate::PROTOCOL_VIOLATION
     }
 
+    /// The timeout whose `text` ends a transaction (`Query`, `IdleTransaction`, `Transaction`)
+    /// that is `message`: a server closed for one is logged with its words, as PgBouncer does.
+    pub fn of_text(message: &str) -> Option<Timeout> {
+        [
+            Timeout::Query,
+            Timeout::IdleTransaction,
+            Timeout::Transaction,
+        ]
+        .into_iter()
+        .find(|t| t.text() == message)
+    }
+
     pub fn text(self) -> &'static str {
         match self {
             Timeout::Query => "query timeout",
@@ -422,6 +434,7 @@ impl<'a> RelayCore<'a> {
         if self.client_done && self.c.ready == 0 && self.scratch.c_inject.is_empty() {
             return Some(RelayEnd::ClientGone {
                 clean: self.server_clean(),
+                eof: false,
             });
         }
         // (server_clean includes `c.need == 0`: a message the scanner must see whole keeps the

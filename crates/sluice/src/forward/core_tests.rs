@@ -376,7 +376,10 @@ fn terminate_ends_the_relay_without_reaching_the_server() {
     assert!(pump(&mut r).0.is_empty());
     assert!(matches!(
         r.outcome(),
-        Some(RelayEnd::ClientGone { clean: true })
+        Some(RelayEnd::ClientGone {
+            clean: true,
+            eof: false
+        })
     ));
 }
 

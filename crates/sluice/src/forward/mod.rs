@@ -84,8 +84,9 @@ impl Rounds {
 pub enum RelayEnd {
     /// Transaction/statement mode: the server is idle with nothing pending and may go back to the pool.
     Released,
-    /// The client closed or sent Terminate. `clean` = the server is idle with nothing pending.
-    ClientGone { clean: bool },
+    /// The client closed or sent Terminate. `clean` = the server is idle with nothing pending;
+    /// `eof` = the client's socket closed or failed without a Terminate.
+    ClientGone { clean: bool, eof: bool },
     /// The server connection failed; the client is closed with `notice` (session mode, or a
     /// reply cut mid-message).
     ServerGone(ClientNotice),
@@ -390,6 +391,7 @@ impl<'a> Relay<'a> {
                         Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
                             return Poll::Ready(RelayEnd::ClientGone {
                                 clean: self.core.server_clean(),
+                                eof: true,
                             })
                         }
                         Poll::Ready(Ok(n)) => {
@@ -474,7 +476,10 @@ impl<'a> Relay<'a> {
             .client_stream
             .poll_write_pair_capped(cx, inject, ready, cap)
         {
-            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone { clean: false }),
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone {
+                clean: false,
+                eof: true,
+            }),
             Poll::Ready(Ok(n)) => {
                 self.core.wrote_to_client(n);
                 Ok(true)

@@ -548,7 +548,7 @@ fn run_in(data: &[u8], w: &mut World) -> Ends {
         let end = drive(&mut s, &mut relay, &mut backend, &mut wire, &mut got);
         let clean = match &end {
             Some(RelayEnd::Released) | Some(RelayEnd::PinCheck) => true,
-            Some(RelayEnd::ClientGone { clean }) => *clean,
+            Some(RelayEnd::ClientGone { clean, .. }) => *clean,
             Some(RelayEnd::Fatal { server_clean, .. }) => *server_clean,
             Some(RelayEnd::ServerGone(_)) | Some(RelayEnd::ServerLost(_)) | None => false,
         };

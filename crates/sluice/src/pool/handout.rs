@@ -471,6 +471,12 @@ impl Pool {
             // removed one closes them.
             if self.frozen() {
                 drop(l);
+                let why = if self.removed.load(Ordering::Relaxed) {
+                    reason::DB_REMOVED
+                } else {
+                    reason::PAUSE_MODE
+                };
+                self.settings().connect.log.closing_conn(&conn, why);
                 drop(conn);
                 return None;
             }

@@ -391,22 +391,31 @@ impl Pool {
             .count()
     }
 
-    /// RECONNECT: every current server closes when it is next released; idle ones close now.
-    pub fn reconnect(self: &Arc<Self>) {
+    /// RECONNECT (and KILL): every current server closes when it is next released; idle ones
+    /// close now, logged with `why`.
+    pub fn reconnect(self: &Arc<Self>, why: &str) {
         self.close_upto
             .fetch_max(self.servers_book.max_id(), Ordering::Relaxed);
         for (_, r) in self.readers_now().iter() {
-            r.reconnect();
+            r.reconnect(why);
         }
-        self.close_idle();
+        self.close_idle(why);
     }
 
-    /// Close every idle server (PAUSE, KILL, RECONNECT).
-    pub fn close_idle(self: &Arc<Self>) {
+    /// Close every idle server (PAUSE, KILL, RECONNECT, a takeover), logged with `why`
+    /// (`server::log::reason`).
+    pub fn close_idle(self: &Arc<Self>, why: &str) {
         for (_, r) in self.readers_now().iter() {
-            r.close_idle();
+            r.close_idle(why);
         }
-        drop(self.drain_idle());
+        let closing = self.drain_idle();
+        if !closing.is_empty() {
+            let log = &self.settings().connect.log;
+            for conn in &closing {
+                log.closing_conn(conn, why);
+            }
+        }
+        drop(closing);
         self.kick();
     }
 

@@ -296,7 +296,7 @@ async fn reconnect_closes_servers_when_released() {
     let b = pool.checkout().await.unwrap();
     pool.release(b, true);
     assert_eq!(pool.servers_book.all().len(), 2);
-    pool.reconnect();
+    pool.reconnect(crate::server::log::reason::CONFIG_CHANGED);
     assert_eq!(pool.counts().idle, 0, "idle servers close at once");
     assert_eq!(
         pool.close_needed_count(),

@@ -93,7 +93,7 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
                 for p in app.pools.all() {
                     let c = p.counts();
                     if c.clients == 0 && c.idle + c.used > 0 {
-                        p.close_idle();
+                        p.close_idle(crate::server::log::reason::TAKEOVER);
                     }
                 }
                 let admins = app.admin_clients.load(Ordering::Acquire);

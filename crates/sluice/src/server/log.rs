@@ -21,6 +21,15 @@ pub mod reason {
     pub const CONFIG_CHANGED: &str = "database configuration changed";
     /// The same for a server in use, closed when its client lets it go (PgBouncer's word).
     pub const CLOSE_NEEDED: &str = "close_needed";
+    /// A client left (or was closed) in the middle of a transaction or a reply: its server is
+    /// in an unknown state.
+    pub const NOT_READY: &str = "client disconnect while server was not ready";
+    /// PAUSE closes the servers of the paused pools.
+    pub const PAUSE_MODE: &str = "pause mode";
+    /// KILL closes the servers of the killed pools.
+    pub const DB_REMOVED: &str = "database removed";
+    /// The old process of a takeover closes the idle servers nobody there will use again.
+    pub const TAKEOVER: &str = "handed over to the new process";
 }
 
 /// How one pool's servers are logged: its name in the lines and the two switches, as of the

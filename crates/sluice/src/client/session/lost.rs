@@ -42,7 +42,7 @@ pub(super) async fn server_lost(
         notice.sqlstate
     );
     if client.stream.write_all(&reply).await.is_err() {
-        return Err(EndReason::ClientClosed);
+        return Err(EndReason::ClientEof);
     }
     if let Some(feature) = s.tracker.pinned() {
         // What pins the client lived on that server only: it must not go on without it.
@@ -122,7 +122,7 @@ pub(super) async fn answer(
         s.after_loss = None;
     }
     if !out.is_empty() && client.stream.write_all(&out).await.is_err() {
-        return Err(EndReason::ClientClosed);
+        return Err(EndReason::ClientEof);
     }
     Ok(Answered::Done)
 }
@@ -155,7 +155,7 @@ async fn read_more(
         biased;
         _ = kill.cancelled_armed() => Err(EndReason::Error(kill.notice())),
         r = client.stream.read_when_ready(&mut client.rbuf, CLIENT_READ_CHUNK) => match r {
-            Ok(0) | Err(_) => Err(EndReason::ClientClosed),
+            Ok(0) | Err(_) => Err(EndReason::ClientEof),
             Ok(n) => {
                 PoolStats::add(&stats.bytes_received, n as u64);
                 Ok(())

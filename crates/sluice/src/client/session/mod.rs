@@ -30,6 +30,7 @@ use crate::lifecycle::{Lifecycle, Phase};
 use crate::pool::{Pool, PooledServer};
 use crate::pool::{PoolSettings, SettingsSnapshot};
 use crate::prepared::ClientStatements;
+use crate::server::log::reason;
 use crate::server::params::{adopt_canonical, set_all_statement, set_statement, ParamMap};
 use crate::server::{query, ServerConn};
 use crate::session_state::policy::Feature;
@@ -189,7 +190,8 @@ async fn serve_request(
     .await
     {
         Idle::Request => {}
-        Idle::Terminate | Idle::Closed => return Served::End(EndReason::ClientClosed),
+        Idle::Terminate => return Served::End(EndReason::ClientClosed),
+        Idle::Closed => return Served::End(EndReason::ClientEof),
         Idle::Timeout => {
             return Served::End(EndReason::Error(ClientNotice::new(
                 sqlstate::PROTOCOL_VIOLATION,
@@ -279,7 +281,7 @@ async fn serve_request(
                             &mut notice,
                         );
                         if client.stream.write_all(&notice).await.is_err() {
-                            return Served::End(EndReason::ClientClosed);
+                            return Served::End(EndReason::ClientEof);
                         }
                     }
                 }
@@ -452,7 +454,10 @@ async fn pin_check(
     let mut notes = BytesMut::new();
     let check = query::run_scalar(server, PIN_CHECK_SQL, max_packet, &mut notes).await;
     if !notes.is_empty() && client.stream.write_all(&notes).await.is_err() {
-        return Some(RelayEnd::ClientGone { clean: false });
+        return Some(RelayEnd::ClientGone {
+            clean: false,
+            eof: true,
+        });
     }
     match check {
         Ok(Some(n)) if n == "0" => {
@@ -658,7 +663,7 @@ async fn finish(
             give_back(&s.pool, server, reset.as_slice(), released_at, settings).await;
             None
         }
-        RelayEnd::ClientGone { clean }
+        RelayEnd::ClientGone { clean, .. }
         | RelayEnd::Fatal {
             server_clean: clean,
             ..
@@ -666,18 +671,39 @@ async fn finish(
             give_back(&s.pool, server, &leave_reset, released_at, settings).await;
             Some(match end {
                 RelayEnd::Fatal { notice, .. } => EndReason::Error(notice),
+                RelayEnd::ClientGone { eof: true, .. } => EndReason::ClientEof,
                 _ => EndReason::ClientClosed,
             })
         }
-        RelayEnd::ClientGone { .. } => {
-            tracing::debug!(
-                "S-{}: closing server: client left mid-transaction or after LOAD",
-                server.id
-            );
+        RelayEnd::ClientGone { clean, eof } => {
+            if clean {
+                tracing::debug!("S-{}: closing server: client left after LOAD", server.id);
+            } else {
+                settings
+                    .connect
+                    .log
+                    .closing_conn(&server, reason::NOT_READY);
+            }
             s.pool.discard(server);
-            Some(EndReason::ClientClosed)
+            Some(if eof {
+                EndReason::ClientEof
+            } else {
+                EndReason::ClientClosed
+            })
         }
-        RelayEnd::ServerGone(notice) | RelayEnd::Fatal { notice, .. } => {
+        RelayEnd::Fatal {
+            notice,
+            server_clean,
+        } => {
+            if !server_clean {
+                let why = crate::forward::Timeout::of_text(&notice.message)
+                    .map_or(reason::NOT_READY, crate::forward::Timeout::text);
+                settings.connect.log.closing_conn(&server, why);
+            }
+            s.pool.discard(server);
+            Some(EndReason::Error(notice))
+        }
+        RelayEnd::ServerGone(notice) => {
             s.pool.discard(server);
             Some(EndReason::Error(notice))
         }

@@ -32,7 +32,7 @@ async fn failing_logins_after_a_server_fast_fail_and_retry_after_server_login_re
     let pool = pool_with(settings(2, 0), &f, ConnCounter::new());
     drop(pool.checkout().await.unwrap());
     // The server goes; its next logins are refused.
-    pool.close_idle();
+    pool.close_idle(crate::server::log::reason::PAUSE_MODE);
     *f.fail.lock() = Some(ErrorFields {
         severity: "FATAL".into(),
         code: "53300".into(),

@@ -1,0 +1,243 @@
+//! The log lines operators and audit scripts grep for, side by side: the console's `<COMMAND>
+//! ['<database>'] command issued` line for each control command (refused ones too, their error
+//! then logged as `ERROR <message>` and the console's `pooler error`); a server's closing reason
+//! when PAUSE, KILL, RECONNECT, a timeout or a client that leaves mid-transaction closes it; a
+//! client that leaves without a Terminate (`client unexpected eof`) against one that sends it
+//! (`client close request`); and nothing for a client that closes at a password request (psql's
+//! first connection when it must ask for one). Counted per pattern, not in order: the two
+//! poolers write a client's line and its server's in either order.
+
+use std::time::Duration;
+
+use sluice_e2e::RawConn;
+
+use super::{console, pair_with, report, side_by_side, DB};
+
+const USERS: &str = "\"trust_user\" \"\"\n\"md5_user\" \"md5_pass\"\n\"admin\" \"\"\n";
+const HBA: &str = "host all trust_user 127.0.0.1/32 trust\n\
+                   host all admin 127.0.0.1/32 trust\n\
+                   host all all 127.0.0.1/32 md5\n";
+const BASE: &str = "auth_type = hba\nauth_hba_file = {hba}\nadmin_users = admin\n\
+                    pool_mode = transaction\nquery_timeout = 1\nidle_transaction_timeout = 1";
+
+/// A logged-in trust client of `app`.
+async fn client(port: u16) -> RawConn {
+    let mut c = RawConn::connect(port).await;
+    c.send(&RawConn::startup_packet(&[
+        ("user", "trust_user"),
+        ("database", "app"),
+    ]))
+    .await;
+    ready(&mut c).await;
+    c
+}
+
+/// Read through the next ReadyForQuery (or to the close).
+async fn ready(c: &mut RawConn) {
+    while let Some((tag, _)) = c.read_message(Duration::from_secs(10)).await {
+        if tag == b'Z' {
+            return;
+        }
+    }
+}
+
+async fn run(c: &mut RawConn, sql: &str) {
+    c.send(&RawConn::message(b'Q', format!("{sql}\0").as_bytes()))
+        .await;
+    ready(c).await;
+}
+
+/// The same steps against one process; its log is read afterwards.
+async fn steps(port: u16) {
+    // Gone without a Terminate, idle and then in a transaction; then with one.
+    let mut c = client(port).await;
+    run(&mut c, "SELECT 1").await;
+    drop(c);
+    let mut c = client(port).await;
+    run(&mut c, "BEGIN").await;
+    drop(c);
+    let mut c = client(port).await;
+    run(&mut c, "SELECT 1").await;
+    c.send(&RawConn::message(b'X', b"")).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut con = console(port).await;
+    // PAUSE closes the idle server; RECONNECT and KILL close the next one each.
+    for cmd in ["PAUSE app", "RESUME app"] {
+        con.query(cmd).await.unwrap();
+    }
+    run(&mut client(port).await, "SELECT 1").await;
+    con.query("RECONNECT app").await.unwrap();
+    // (PgBouncer closes the idle server at its janitor's next pass, Sluice at once.)
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut killed = client(port).await;
+    run(&mut killed, "SELECT 1").await;
+    for cmd in ["KILL app", "RESUME app"] {
+        con.query(cmd).await.unwrap();
+    }
+    // The timeouts close their servers.
+    let mut c = client(port).await;
+    run(&mut c, "SELECT pg_sleep(3)").await;
+    let mut c = client(port).await;
+    run(&mut c, "BEGIN").await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    // The other commands, and refused ones.
+    for cmd in [
+        "SUSPEND",
+        "RESUME",
+        "RELOAD",
+        "WAIT_CLOSE app",
+        "DISABLE app",
+        "ENABLE app",
+        "PAUSE",
+        "RESUME",
+        "RECONNECT",
+        "PAUSE nosuch",
+        "DISABLE",
+        "RESUME",
+    ] {
+        let _ = con.query(cmd).await;
+    }
+
+    // A client that closes at its password request.
+    let mut c = RawConn::connect(port).await;
+    c.send(&RawConn::startup_packet(&[
+        ("user", "md5_user"),
+        ("database", "app"),
+    ]))
+    .await;
+    let asked = c.read_message(Duration::from_secs(5)).await;
+    assert_eq!(asked.map(|m| m.0), Some(b'R'));
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+/// What the log says, counted per pattern (every part of a pattern in one line).
+fn counts(log: &str) -> Vec<(String, String)> {
+    let patterns: &[(&str, &[&str])] = &[
+        ("PAUSE 'app' issued", &["LOG PAUSE 'app' command issued"]),
+        ("RESUME 'app' issued", &["LOG RESUME 'app' command issued"]),
+        (
+            "RECONNECT 'app' issued",
+            &["LOG RECONNECT 'app' command issued"],
+        ),
+        ("KILL 'app' issued", &["LOG KILL 'app' command issued"]),
+        ("SUSPEND issued", &["LOG SUSPEND command issued"]),
+        ("RESUME issued", &["LOG RESUME command issued"]),
+        ("RELOAD issued", &["LOG RELOAD command issued"]),
+        (
+            "WAIT_CLOSE 'app' issued",
+            &["LOG WAIT_CLOSE 'app' command issued"],
+        ),
+        (
+            "DISABLE 'app' issued",
+            &["LOG DISABLE 'app' command issued"],
+        ),
+        ("ENABLE 'app' issued", &["LOG ENABLE 'app' command issued"]),
+        ("PAUSE issued", &["LOG PAUSE command issued"]),
+        ("RECONNECT issued", &["LOG RECONNECT command issued"]),
+        (
+            "PAUSE 'nosuch' issued",
+            &["LOG PAUSE 'nosuch' command issued"],
+        ),
+        ("refused: the error", &["ERROR no such database: nosuch"]),
+        (
+            "refused: pooler error",
+            &["pgbouncer/admin@", "pooler error: no such database: nosuch"],
+        ),
+        (
+            "refused without a database: the error",
+            &["ERROR a database is required"],
+        ),
+        (
+            "RESUME when running: pooler error",
+            &[
+                "pgbouncer/admin@",
+                "pooler error: pooler is not paused/suspended",
+            ],
+        ),
+        (
+            "server closed by PAUSE",
+            &["app/trust_user@", "closing because: pause mode"],
+        ),
+        (
+            "server closed by KILL",
+            &["app/trust_user@", "closing because: database removed"],
+        ),
+        (
+            "server closed by RECONNECT",
+            &[
+                "app/trust_user@",
+                "closing because: database configuration changed",
+            ],
+        ),
+        (
+            "server of a client gone mid-transaction",
+            &[
+                "app/trust_user@",
+                "closing because: client disconnect while server was not ready",
+            ],
+        ),
+        (
+            "server and client closed by query_timeout",
+            &["app/trust_user@", "closing because: query timeout"],
+        ),
+        (
+            "server and client closed by idle_transaction_timeout",
+            &[
+                "app/trust_user@",
+                "closing because: idle transaction timeout",
+            ],
+        ),
+        (
+            "client gone without a Terminate",
+            &["app/trust_user@", "closing because: client unexpected eof"],
+        ),
+        (
+            "client that sent Terminate",
+            &["app/trust_user@", "closing because: client close request"],
+        ),
+        (
+            "client that closed at its password request",
+            &["app/md5_user@", "closing because:"],
+        ),
+    ];
+    patterns
+        .iter()
+        .map(|(case, parts)| {
+            let n = log
+                .lines()
+                .filter(|l| parts.iter().all(|p| l.contains(p)))
+                .count();
+            (case.to_string(), n.to_string())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_lines_match_pgbouncer() {
+    let Some(p) = pair_with(BASE, DB, USERS, &[("hba.conf", HBA)]) else {
+        return;
+    };
+    steps(p.sl.port).await;
+    let b = counts(&p.sl.log());
+    let got = |name: &str| b.iter().find(|r| r.0 == name).unwrap().1.clone();
+    assert_eq!(got("PAUSE 'app' issued"), "1", "{}", p.sl.log());
+    assert_eq!(got("server closed by PAUSE"), "1", "{}", p.sl.log());
+    assert_eq!(
+        got("client gone without a Terminate"),
+        "3",
+        "{}",
+        p.sl.log()
+    );
+    assert_eq!(
+        got("client that closed at its password request"),
+        "0",
+        "{}",
+        p.sl.log()
+    );
+    steps(p.pgb.port).await;
+    let a = counts(&p.pgb.log());
+    report(&side_by_side(a, b), 26);
+}
