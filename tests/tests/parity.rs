@@ -82,6 +82,11 @@ const GHOST_WHY: &str = "a user neither the auth file nor auth_query knows under
 /// Cases where Sluice answers differently on purpose.
 const DELIBERATE: &[Deliberate] = &[
     deliberate(
+        "SHOW CONFIG row 93: track_extra_parameters",
+        &["IntervalStyle,search_path,default_transaction_read_only default=IntervalStyle,search_path,default_transaction_read_only changeable=no"],
+        "PgBouncer 1.26's default (docs/compat.md, 'Which PgBouncer version each behaviour follows'): search_path and default_transaction_read_only sent at startup are kept per client",
+    ),
+    deliberate(
         "application_name of 200 bytes in options",
         &["application_name=<63 bytes>"],
         "PostgreSQL truncates it to 63 bytes, as on a direct connection (PgBouncer drops a tracked value longer than its cache keeps and the server shows it empty)",

@@ -145,3 +145,97 @@ async fn show_clients_and_servers_columns_match_pgbouncer() {
     let a = columns(p.pgb.port).await;
     report(&side_by_side(a, b), 12);
 }
+
+/// The console's listings as PgBouncer 1.25.2 lays them out: SHOW POOLS and SHOW DATABASES by
+/// name (the console's own `pgbouncer` among them, not first), the console's SHOW DATABASES row,
+/// and every SHOW CONFIG row PgBouncer shows, in its order, with its values and defaults
+/// (`conffile` the file it runs on, unix_socket_mode in decimal, no default for verbose, no
+/// `service_name` row: an alias). The harness's own paths and port are written `{dir}` and
+/// `{port}`; logfile and pidfile, which the harness sets for PgBouncer only, are left out.
+async fn listings(port: u16, dir: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for db in ["zzz", "app", "mmm"] {
+        let mut c = RawConn::connect(port).await;
+        c.send(&RawConn::startup_packet(&[
+            ("user", "trust_user"),
+            ("database", db),
+        ]))
+        .await;
+        ready(&mut c).await;
+        run(&mut c, "SELECT 1").await;
+    }
+    let mut con = console(port).await;
+    let pools = show(&mut con, "POOLS").await;
+    let order = |rs: &ConsoleResult, cols: &[&str]| {
+        let idx: Vec<usize> = cols.iter().map(|c| rs.col(c)).collect();
+        rs.rows
+            .iter()
+            .map(|r| {
+                idx.iter()
+                    .map(|&i| r[i].clone().unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    out.push((
+        "SHOW POOLS order".into(),
+        order(&pools, &["database", "user"]),
+    ));
+    let dbs = show(&mut con, "DATABASES").await;
+    out.push(("SHOW DATABASES order".into(), order(&dbs, &["name"])));
+    let console_row = dbs
+        .rows
+        .iter()
+        .find(|r| r[0].as_deref() == Some("pgbouncer"))
+        .map(|r| {
+            r.iter()
+                .map(|v| v.clone().unwrap_or_else(|| "NULL".into()))
+                .collect::<Vec<_>>()
+                .join("|")
+                .replace(&port.to_string(), "{port}")
+        })
+        .unwrap_or_default();
+    out.push(("SHOW DATABASES console row".into(), console_row));
+    let cfg = show(&mut con, "CONFIG").await;
+    // PgBouncer's rows; Sluice's own [sluice] keys follow them.
+    for (i, r) in cfg.rows.iter().take(PGBOUNCER_CONFIG_ROWS).enumerate() {
+        let cell = |j: usize| {
+            r[j].clone()
+                .unwrap_or_default()
+                .replace(dir, "{dir}")
+                .replace(&port.to_string(), "{port}")
+        };
+        let key = cell(0);
+        let shown = if matches!(key.as_str(), "logfile" | "pidfile") {
+            "(set by the harness)".to_string()
+        } else {
+            format!("{} default={} changeable={}", cell(1), cell(2), cell(3))
+        };
+        out.push((format!("SHOW CONFIG row {i}: {key}"), shown));
+    }
+    out
+}
+
+/// PgBouncer 1.25.2's SHOW CONFIG row count.
+const PGBOUNCER_CONFIG_ROWS: usize = 100;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_listings_match_pgbouncer() {
+    let dbs = "app = host={pg_host} port={pg_port} dbname=app\n\
+               zzz = host={pg_host} port={pg_port} dbname=app\n\
+               mmm = host={pg_host} port={pg_port} dbname=app";
+    let Some(p) = super::pair_with(BASE, dbs, super::USERS, &[]) else {
+        return;
+    };
+    let b = listings(p.sl.port, &p.sl.dir.path().display().to_string()).await;
+    let got = |name: &str| b.iter().find(|r| r.0 == name).unwrap().1.clone();
+    assert_eq!(
+        got("SHOW POOLS order"),
+        "app/trust_user mmm/trust_user pgbouncer/pgbouncer zzz/trust_user"
+    );
+    assert!(got("SHOW CONFIG row 23: conffile").starts_with("{dir}/pgbouncer.ini"));
+    let a = listings(p.pgb.port, &p.pgb.dir.path().display().to_string()).await;
+    report(&side_by_side(a, b), 3 + PGBOUNCER_CONFIG_ROWS);
+}

@@ -68,14 +68,34 @@ fn pgbouncer_order() -> Vec<&'static SettingDef> {
     defs
 }
 
+/// A row's value and default as PgBouncer 1.25.2 shows them where the stored text differs: the
+/// file it runs on as `conffile` (unless SET), unix_socket_mode in decimal (its default still
+/// `0777`), no default for verbose.
+fn shown(app: &App, d: &SettingDef, value: String) -> (String, &'static str) {
+    match d.name {
+        "conffile" if value.is_empty() => (app.config_path.display().to_string(), d.default),
+        "unix_socket_mode" => match u32::from_str_radix(&value, 8) {
+            Ok(mode) => (mode.to_string(), d.default),
+            Err(_) => (value, d.default),
+        },
+        "verbose" => (value, ""),
+        _ => (value, d.default),
+    }
+}
+
 pub fn config(app: &Arc<App>) -> ResultSet {
     let cfg = app.config();
     let mut rs = ResultSet::new(CONFIG_COLUMNS);
-    for d in pgbouncer_order() {
+    // service_name is job_name's alias, which PgBouncer does not list apart.
+    for d in pgbouncer_order()
+        .into_iter()
+        .filter(|d| d.name != "service_name")
+    {
+        let (value, default) = shown(app, d, cfg.settings.get(d.name).unwrap_or_default());
         rs.push(vec![
             text(d.name),
-            text(cfg.settings.get(d.name).unwrap_or_default()),
-            text(d.default),
+            text(value),
+            text(default),
             yes_no(d.reloadable),
         ]);
     }

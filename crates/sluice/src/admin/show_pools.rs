@@ -80,6 +80,8 @@ pub fn pool_rows(app: &App) -> Vec<PoolRow> {
             paused: p.is_paused(),
         });
     }
+    // By database, then user, the console's among them, as PgBouncer lists its pools.
+    rows.sort_by(|a, b| (&a.database, &a.user).cmp(&(&b.database, &b.user)));
     rows
 }
 
@@ -178,11 +180,11 @@ pub fn database_rows(app: &App) -> Vec<DatabaseRow> {
         port: s.listen_port,
         database: ADMIN_DB.into(),
         force_user: Some(ADMIN_USER.into()),
-        // The console has no server connections at all.
-        pool_size: 0,
+        // The console has no server connections at all; PgBouncer 1.25.2's row shows these.
+        pool_size: 2,
         min_pool_size: 0,
         reserve_pool_size: 0,
-        server_lifetime: 0,
+        server_lifetime: s.server_lifetime.0.round() as u32,
         pool_mode: Some("statement".into()),
         load_balance_hosts: None,
         max_connections: 0,
@@ -219,6 +221,8 @@ pub fn database_rows(app: &App) -> Vec<DatabaseRow> {
             name: db.name,
         });
     }
+    // By name, the console's among them, as PgBouncer lists its databases.
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
     rows
 }
 
