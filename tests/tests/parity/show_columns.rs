@@ -150,7 +150,8 @@ async fn show_clients_and_servers_columns_match_pgbouncer() {
 /// name (the console's own `pgbouncer` among them, not first), the console's SHOW DATABASES row,
 /// and every SHOW CONFIG row PgBouncer shows, in its order, with its values and defaults
 /// (`conffile` the file it runs on, unix_socket_mode in decimal, no default for verbose, no
-/// `service_name` row: an alias). The harness's own paths and port are written `{dir}` and
+/// `service_name` row: an alias); STATS_AVERAGES counting before the first stats_period has
+/// ended. The harness's own paths and port are written `{dir}` and
 /// `{port}`; logfile and pidfile, which the harness sets for PgBouncer only, are left out.
 async fn listings(port: u16, dir: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -165,6 +166,23 @@ async fn listings(port: u16, dir: &str) -> Vec<(String, String)> {
         run(&mut c, "SELECT 1").await;
     }
     let mut con = console(port).await;
+    // Averages count from the start, before the first stats_period (60 s) has ended.
+    let avgs = show(&mut con, "STATS_AVERAGES").await;
+    let (name, xact_time) = (avgs.col("database"), avgs.col("xact_time"));
+    let app_avg = avgs
+        .rows
+        .iter()
+        .find(|r| r[name].as_deref() == Some("app"))
+        .and_then(|r| r[xact_time].clone())
+        .and_then(|v| v.parse::<u64>().ok());
+    out.push((
+        "SHOW STATS_AVERAGES xact_time in the first period".into(),
+        match app_avg {
+            Some(0) => "0".into(),
+            Some(_) => "counts".into(),
+            None => "no row".into(),
+        },
+    ));
     let pools = show(&mut con, "POOLS").await;
     let order = |rs: &ConsoleResult, cols: &[&str]| {
         let idx: Vec<usize> = cols.iter().map(|c| rs.col(c)).collect();
@@ -236,6 +254,10 @@ async fn console_listings_match_pgbouncer() {
         "app/trust_user mmm/trust_user pgbouncer/pgbouncer zzz/trust_user"
     );
     assert!(got("SHOW CONFIG row 23: conffile").starts_with("{dir}/pgbouncer.ini"));
+    assert_eq!(
+        got("SHOW STATS_AVERAGES xact_time in the first period"),
+        "counts"
+    );
     let a = listings(p.pgb.port, &p.pgb.dir.path().display().to_string()).await;
-    report(&side_by_side(a, b), 3 + PGBOUNCER_CONFIG_ROWS);
+    report(&side_by_side(a, b), 4 + PGBOUNCER_CONFIG_ROWS);
 }

@@ -187,7 +187,7 @@ pub fn stats(app: &Arc<App>) -> ResultSet {
     for (db, s) in totals_by_db(app) {
         let mut row = vec![text(db.clone())];
         row.extend(total_values(&s));
-        row.extend(avg_values(&app.stats_book.database(&db)));
+        row.extend(avg_values(&app.stats_book.database(&db, &s)));
         rs.push(row);
     }
     rs
@@ -209,9 +209,9 @@ pub const STATS_AVERAGES_COLUMNS: &[(&str, Col)] = &columns::<13>(&[3]);
 
 pub fn stats_averages(app: &Arc<App>) -> ResultSet {
     let mut rs = ResultSet::new(STATS_AVERAGES_COLUMNS);
-    for db in totals_by_db(app).keys() {
+    for (db, s) in totals_by_db(app) {
         let mut row = vec![text(db.clone())];
-        row.extend(avg_values(&app.stats_book.database(db)));
+        row.extend(avg_values(&app.stats_book.database(&db, &s)));
         rs.push(row);
     }
     rs
@@ -228,7 +228,7 @@ pub fn totals(app: &Arc<App>) -> ResultSet {
     for (f, v) in FIGURES.iter().zip(total_values(&all)) {
         rs.push(vec![text(format!("total_{}", f.0[4])), v]);
     }
-    for (f, v) in FIGURES.iter().zip(avg_values(&app.stats_book.total())) {
+    for (f, v) in FIGURES.iter().zip(avg_values(&app.stats_book.total(&all))) {
         rs.push(vec![text(format!("avg_{}", f.0[4])), v]);
     }
     rs

@@ -449,7 +449,7 @@ fn stats(out: &mut Out, app: &App) {
     }
     let avgs: Vec<(String, Averages)> = totals
         .iter()
-        .map(|(db, _)| (db.clone(), app.stats_book.database(db)))
+        .map(|(db, s)| (db.clone(), app.stats_book.database(db, s)))
         .collect();
     for (name, help, f) in AVERAGES {
         out.gauge_rows(name, "gauge", help, &avgs, |(db, a)| {

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use std::time::Instant;
+
 use parking_lot::Mutex;
 
 use super::StatsSnapshot;
@@ -52,13 +54,23 @@ impl Averages {
 
 #[derive(Debug, Default)]
 struct BookState {
+    /// The totals at the last period's end (the stats log line's period starts there).
     prev: BTreeMap<String, StatsSnapshot>,
     prev_total: StatsSnapshot,
-    per_db: BTreeMap<String, Averages>,
-    total: Averages,
+    prev_at: Option<Instant>,
+    /// The totals at the end of the period before it (zero at start): SHOW STATS' window.
+    base: BTreeMap<String, StatsSnapshot>,
+    base_total: StatsSnapshot,
+    base_at: Option<Instant>,
 }
 
-/// The last period's averages; `close_period` is called by the stats timer.
+/// The periods' snapshots; `close_period` is called by the stats timer.
+///
+/// SHOW STATS / STATS_AVERAGES / TOTALS (and the exporter) average live over the time from the end
+/// of the period before the last one to now, as PgBouncer 1.25.2 shows them (seen side by side):
+/// right after start they already count, they move between period ends, and what happened at the
+/// start is still in them until the second period has ended. The stats log line reports the
+/// period just closed.
 #[derive(Debug, Default)]
 pub struct StatsBook {
     state: Mutex<BookState>,
@@ -66,38 +78,39 @@ pub struct StatsBook {
 
 impl StatsBook {
     /// End a period of `secs` seconds given the current totals per database; returns the overall
-    /// averages of the period.
+    /// averages of the period (the stats log line).
     pub fn close_period(&self, now: &BTreeMap<String, StatsSnapshot>, secs: f64) -> Averages {
         let mut total = StatsSnapshot::default();
         for s in now.values() {
             total.accumulate(s);
         }
         let mut st = self.state.lock();
-        let per_db = now
-            .iter()
-            .map(|(db, s)| {
-                let prev = st.prev.get(db).copied().unwrap_or_default();
-                (db.clone(), Averages::from_delta(&s.delta(&prev), secs))
-            })
-            .collect();
-        st.per_db = per_db;
-        st.total = Averages::from_delta(&total.delta(&st.prev_total), secs);
-        st.prev = now.clone();
-        st.prev_total = total;
-        st.total
+        let averages = Averages::from_delta(&total.delta(&st.prev_total), secs);
+        st.base = std::mem::replace(&mut st.prev, now.clone());
+        st.base_total = std::mem::replace(&mut st.prev_total, total);
+        st.base_at = st.prev_at.replace(Instant::now()).or(st.base_at);
+        averages
     }
 
-    pub fn database(&self, db: &str) -> Averages {
-        self.state
-            .lock()
-            .per_db
-            .get(db)
-            .copied()
-            .unwrap_or_default()
+    /// Seconds from the window's start to now (the first period's start before any has ended).
+    fn window(st: &BookState) -> f64 {
+        // (At least a second: a SHOW right after start would otherwise divide by almost nothing.)
+        st.base_at
+            .or(st.prev_at)
+            .map_or(1.0, |at| at.elapsed().as_secs_f64().max(1.0))
     }
 
-    pub fn total(&self) -> Averages {
-        self.state.lock().total
+    /// `db`'s averages given its totals now.
+    pub fn database(&self, db: &str, now: &StatsSnapshot) -> Averages {
+        let st = self.state.lock();
+        let base = st.base.get(db).copied().unwrap_or_default();
+        Averages::from_delta(&now.delta(&base), Self::window(&st))
+    }
+
+    /// The averages of all databases given their totals now.
+    pub fn total(&self, now: &StatsSnapshot) -> Averages {
+        let st = self.state.lock();
+        Averages::from_delta(&now.delta(&st.base_total), Self::window(&st))
     }
 }
 
@@ -107,28 +120,49 @@ mod tests {
 
     #[test]
     fn averages_are_per_second_and_per_event() {
-        let book = StatsBook::default();
-        let mut now = BTreeMap::new();
-        now.insert(
-            "app".to_string(),
-            StatsSnapshot {
-                xact_count: 100,
-                xact_time_us: 5_000,
-                server_assignments: 50,
-                wait_time_us: 500,
-                bytes_received: 1_000,
-                ..Default::default()
-            },
-        );
-        let t = book.close_period(&now, 10.0);
-        let a = book.database("app");
+        let d = StatsSnapshot {
+            xact_count: 100,
+            xact_time_us: 5_000,
+            server_assignments: 50,
+            wait_time_us: 500,
+            bytes_received: 1_000,
+            ..Default::default()
+        };
+        let a = Averages::from_delta(&d, 10.0);
         assert_eq!(
             (a.xact_count, a.xact_time, a.wait_time, a.recv),
             (10, 50, 10, 100)
         );
-        assert_eq!(t, a);
-        // Next period: nothing happened.
-        book.close_period(&now, 10.0);
-        assert_eq!(book.database("app"), Averages::default());
+    }
+
+    /// The live window starts at the end of the period before the last one: what happened in
+    /// the first period is still averaged after it ends, and gone after the second.
+    #[test]
+    fn the_window_spans_the_last_period_and_the_running_one() {
+        let book = StatsBook::default();
+        let start = BTreeMap::from([("app".to_string(), StatsSnapshot::default())]);
+        book.close_period(&start, 1.0);
+        let busy = StatsSnapshot {
+            xact_count: 100,
+            xact_time_us: 5_000,
+            ..Default::default()
+        };
+        // Before any period ended: counted from the start.
+        assert_eq!(book.database("app", &busy).xact_time, 50);
+        assert!(book.database("app", &busy).xact_count > 0);
+        let after_first = BTreeMap::from([("app".to_string(), busy)]);
+        let logged = book.close_period(&after_first, 10.0);
+        assert_eq!((logged.xact_count, logged.xact_time), (10, 50));
+        // One period over: still in the window.
+        assert_eq!(book.database("app", &busy).xact_time, 50);
+        assert_eq!(book.total(&busy).xact_time, 50);
+        // Two periods over, nothing since: out of it.
+        book.close_period(&after_first, 10.0);
+        assert_eq!(book.database("app", &busy), Averages::default());
+        assert_eq!(book.total(&busy), Averages::default());
+        assert_eq!(
+            book.database("other", &StatsSnapshot::default()),
+            Averages::default()
+        );
     }
 }
