@@ -302,28 +302,54 @@ async fn handle_signals(app: Arc<App>, signals: Signals) {
                     tracing::error!("RELOAD failed, keeping the old configuration: {e}");
                 }
             }
-            _ = int.recv() => { app.lifecycle.request(Phase::WaitForServers); }
-            _ = term.recv() => {
-                if app.lifecycle.request(Phase::WaitForClients) == Phase::WaitForClients {
-                    tracing::info!("got SIGTERM, shutting down, waiting for clients");
+            // PgBouncer's words for each signal, whichever state it finds.
+            _ = int.recv() => {
+                if app.lifecycle.is_running() {
+                    tracing::info!("got SIGINT, shutting down, waiting for all servers connections to be released");
+                } else {
+                    tracing::info!("got SIGINT while shutting down, fast exit");
                 }
+                app.lifecycle.request(Phase::WaitForServers);
             }
-            _ = quit.recv() => { app.lifecycle.request(Phase::Exit); }
+            _ = term.recv() => {
+                if app.lifecycle.is_running() {
+                    tracing::info!("got SIGTERM, shutting down, waiting for all clients disconnect");
+                } else {
+                    tracing::info!("got SIGTERM while shutting down, fast exit");
+                }
+                app.lifecycle.request(Phase::WaitForClients);
+            }
+            _ = quit.recv() => {
+                tracing::info!("got SIGQUIT, fast exit");
+                app.lifecycle.request(Phase::Exit);
+            }
             _ = usr1.recv() => {
-                tracing::info!("got SIGUSR1, pausing");
-                if let Err(e) = sluice::admin::control::pause_all(&app) {
-                    tracing::warn!("SIGUSR1: {e}");
+                let (paused, suspended) = app.control.flags();
+                if paused || suspended {
+                    tracing::info!("got SIGUSR1, but already paused/suspended");
+                } else {
+                    tracing::info!("got SIGUSR1, pausing all activity");
+                    if let Err(e) = sluice::admin::control::pause_all(&app) {
+                        tracing::warn!("SIGUSR1: {e}");
+                    }
                 }
             }
             _ = usr2.recv() => {
-                // Ignored while shutting down, like PgBouncer (and in its words).
-                if app.lifecycle.is_running() {
-                    tracing::info!("got SIGUSR2, resuming");
+                // Ignored while shutting down, like PgBouncer.
+                let (paused, suspended) = app.control.flags();
+                if !app.lifecycle.is_running() {
+                    tracing::info!("got SIGUSR2 while shutting down, ignoring");
+                } else if !paused && !suspended {
+                    tracing::info!("got SIGUSR2, but not paused/suspended");
+                } else {
+                    if suspended {
+                        tracing::info!("got SIGUSR2, continuing from SUSPEND");
+                    } else {
+                        tracing::info!("got SIGUSR2, continuing from PAUSE");
+                    }
                     if let Err(e) = sluice::admin::control::resume_all(&app) {
                         tracing::warn!("SIGUSR2: {e}");
                     }
-                } else {
-                    tracing::info!("got SIGUSR2 while shutting down, ignoring");
                 }
             }
         }

@@ -241,3 +241,58 @@ async fn log_lines_match_pgbouncer() {
     let a = counts(&p.pgb.log());
     report(&side_by_side(a, b), 26);
 }
+
+/// Each signal's line in PgBouncer's words, in each state it can find: SIGHUP; SIGUSR1 (pausing
+/// all activity, then already paused); SIGUSR2 (continuing from PAUSE, then not paused); SIGINT
+/// (waiting for the servers, and the exit line once they are released).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_are_logged_as_pgbouncer_logs_them() {
+    use nix::sys::signal::Signal::{self, *};
+    let Some(p) = pair_with(BASE, DB, USERS, &[("hba.conf", HBA)]) else {
+        return;
+    };
+    let lines: &[(&str, &[&str])] = &[
+        ("SIGHUP", &["LOG got SIGHUP, re-reading config"]),
+        ("SIGUSR1", &["LOG got SIGUSR1, pausing all activity"]),
+        (
+            "SIGUSR1 paused",
+            &["LOG got SIGUSR1, but already paused/suspended"],
+        ),
+        ("SIGUSR2", &["LOG got SIGUSR2, continuing from PAUSE"]),
+        (
+            "SIGUSR2 running",
+            &["LOG got SIGUSR2, but not paused/suspended"],
+        ),
+        (
+            "SIGINT",
+            &["LOG got SIGINT, shutting down, waiting for all servers connections to be released"],
+        ),
+        ("exit", &["LOG server connections dropped, exiting"]),
+    ];
+    async fn signals(send: impl Fn(Signal)) {
+        for sig in [SIGHUP, SIGUSR1, SIGUSR1, SIGUSR2, SIGUSR2, SIGINT] {
+            send(sig);
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    let count = |log: &str| -> Vec<(String, String)> {
+        lines
+            .iter()
+            .map(|(case, parts)| {
+                let n = log
+                    .lines()
+                    .filter(|l| parts.iter().all(|p| l.contains(p)))
+                    .count();
+                (case.to_string(), n.to_string())
+            })
+            .collect()
+    };
+    signals(|sig| p.sl.signal(sig)).await;
+    let b = count(&p.sl.log());
+    assert!(b.iter().all(|(_, n)| n == "1"), "{b:?}\n{}", p.sl.log());
+    let pid = nix::unistd::Pid::from_raw(p.pgb.pid().expect("PgBouncer's pid") as i32);
+    signals(|sig| nix::sys::signal::kill(pid, sig).unwrap()).await;
+    let a = count(&p.pgb.log());
+    report(&side_by_side(a, b), lines.len());
+}

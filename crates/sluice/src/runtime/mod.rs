@@ -109,7 +109,6 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
             }
             Phase::WaitForServers => {
                 if !paused {
-                    tracing::info!("got SIGINT, shutting down, waiting for servers");
                     for p in app.pools.all() {
                         p.set_paused(true);
                         p.fail_waiters(|| error::PoolError::ShuttingDown);
@@ -128,11 +127,13 @@ pub async fn run(app: Arc<App>, listeners: Listeners) {
                         .iter()
                         .any(|c| c.state() == client::registry::ClientState::Waiting);
                 if told && app.pools.all().iter().all(|p| p.counts().active == 0) {
+                    tracing::info!("server connections dropped, exiting");
                     break;
                 }
             }
             Phase::WaitForClients => {
                 if app.client_count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                    tracing::info!("client connections dropped, exiting");
                     break;
                 }
             }
