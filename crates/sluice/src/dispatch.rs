@@ -297,6 +297,11 @@ async fn login_phase(
                 if let Some(tls) = client.tls.as_deref() {
                     let _ = entry.tls.set(tls.description.clone());
                 }
+                if info.database != crate::admin::ADMIN_DB
+                    && crate::targets::is_unknown_database(&cfg, &info.database)
+                {
+                    client.names = Some(crate::conn::ClientNames::new("(nodb)", &info.user));
+                }
                 // Before authentication, as PgBouncer writes it: every attempt, failed ones and
                 // console logins included, is in the log.
                 if cfg.settings.log_connections {

@@ -24,6 +24,12 @@ pub fn is_auto_database(cfg: &Config, name: &str) -> bool {
     cfg.fallback.is_some() && cfg.database(name).is_none()
 }
 
+/// Neither in [databases] nor made by a `*` entry: its client is labelled `(nodb)/user` in the
+/// log, as by PgBouncer.
+pub fn is_unknown_database(cfg: &Config, name: &str) -> bool {
+    cfg.fallback.is_none() && cfg.database(name).is_none()
+}
+
 /// The db entry for `name`: an explicit one (borrowed: every login looks one up), or one made from
 /// the `*` fallback (auto-database).
 pub fn find_database<'c>(cfg: &'c Config, name: &str) -> Option<FoundDb<'c>> {

@@ -4,7 +4,8 @@
 //! when PAUSE, KILL, RECONNECT, a timeout or a client that leaves mid-transaction closes it; a
 //! client that leaves without a Terminate (`client unexpected eof`) against one that sends it
 //! (`client close request`); and nothing for a client that closes at a password request (psql's
-//! first connection when it must ask for one). Counted per pattern, not in order: the two
+//! first connection when it must ask for one); `(nodb)` for a client of a database that does
+//! not exist, and its `login failed` line. Counted per pattern, not in order: the two
 //! poolers write a client's line and its server's in either order.
 
 use std::time::Duration;
@@ -99,6 +100,15 @@ async fn steps(port: u16) {
     ] {
         let _ = con.query(cmd).await;
     }
+
+    // A database that does not exist: `(nodb)` in its lines.
+    let mut c = RawConn::connect(port).await;
+    c.send(&RawConn::startup_packet(&[
+        ("user", "trust_user"),
+        ("database", "nosuchdb"),
+    ]))
+    .await;
+    ready(&mut c).await;
 
     // A client that closes at its password request.
     let mut c = RawConn::connect(port).await;
@@ -199,6 +209,27 @@ fn counts(log: &str) -> Vec<(String, String)> {
             &["app/trust_user@", "closing because: client close request"],
         ),
         (
+            "unknown database: login attempt",
+            &[
+                "(nodb)/trust_user@",
+                "login attempt: db=nosuchdb user=trust_user",
+            ],
+        ),
+        (
+            "unknown database: login failed",
+            &[
+                "(nodb)/trust_user@",
+                "login failed: db=nosuchdb user=trust_user",
+            ],
+        ),
+        (
+            "unknown database: closing",
+            &[
+                "(nodb)/trust_user@",
+                "closing because: no such database: nosuchdb",
+            ],
+        ),
+        (
             "client that closed at its password request",
             &["app/md5_user@", "closing because:"],
         ),
@@ -239,7 +270,7 @@ async fn log_lines_match_pgbouncer() {
     );
     steps(p.pgb.port).await;
     let a = counts(&p.pgb.log());
-    report(&side_by_side(a, b), 26);
+    report(&side_by_side(a, b), 29);
 }
 
 /// Each signal's line in PgBouncer's words, in each state it can find: SIGHUP; SIGUSR1 (pausing

@@ -56,6 +56,13 @@ pub fn login<'a>(
             };
             let auth = authenticate(app, client, &req).await?;
             let Some(db) = db else {
+                tracing::info!(
+                    "C-{}: {} login failed: db={} user={}",
+                    client.id,
+                    client.label(),
+                    info.database,
+                    info.user
+                );
                 return Err(EndReason::Error(ClientNotice::new(
                     sqlstate::PROTOCOL_VIOLATION,
                     format!("no such database: {}", info.database),
