@@ -297,10 +297,19 @@ async fn login_phase(
                 if let Some(tls) = client.tls.as_deref() {
                     let _ = entry.tls.set(tls.description.clone());
                 }
-                if info.database != crate::admin::ADMIN_DB
-                    && crate::targets::is_unknown_database(&cfg, &info.database)
-                {
-                    client.names = Some(crate::conn::ClientNames::new("(nodb)", &info.user));
+                // PgBouncer's labels for a database or user it cannot find: `(nodb)/<user>`.
+                if info.database != crate::admin::ADMIN_DB {
+                    if crate::auth::exchange::unknown_user(app, &cfg, &info.user, &info.database) {
+                        tracing::info!(
+                            "C-{}: (nodb)/(nouser)@{} no such user: {}",
+                            client.id,
+                            client.peer,
+                            info.user
+                        );
+                        client.names = Some(crate::conn::ClientNames::new("(nodb)", &info.user));
+                    } else if crate::targets::is_unknown_database(&cfg, &info.database) {
+                        client.names = Some(crate::conn::ClientNames::new("(nodb)", &info.user));
+                    }
                 }
                 // Before authentication, as PgBouncer writes it: every attempt, failed ones and
                 // console logins included, is in the log.

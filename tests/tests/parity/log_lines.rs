@@ -5,7 +5,7 @@
 //! client that leaves without a Terminate (`client unexpected eof`) against one that sends it
 //! (`client close request`); and nothing for a client that closes at a password request (psql's
 //! first connection when it must ask for one); `(nodb)` for a client of a database that does
-//! not exist, and its `login failed` line. Counted per pattern, not in order: the two
+//! not exist, and its `login failed` line, or of a user nothing knows (`no such user`). Counted per pattern, not in order: the two
 //! poolers write a client's line and its server's in either order.
 
 use std::time::Duration;
@@ -109,6 +109,9 @@ async fn steps(port: u16) {
     ]))
     .await;
     ready(&mut c).await;
+
+    // A user that does not exist: `(nodb)` too, and PgBouncer's `no such user` line.
+    let _ = super::login(port, "ghost", "wrong", "app").await;
 
     // A client that closes at its password request.
     let mut c = RawConn::connect(port).await;
@@ -230,6 +233,21 @@ fn counts(log: &str) -> Vec<(String, String)> {
             ],
         ),
         (
+            "unknown user: no such user",
+            &["(nodb)/(nouser)@", "no such user: ghost"],
+        ),
+        (
+            "unknown user: login attempt",
+            &["(nodb)/ghost@", "login attempt: db=app user=ghost"],
+        ),
+        (
+            "unknown user: closing",
+            &[
+                "(nodb)/ghost@",
+                "closing because: password authentication failed",
+            ],
+        ),
+        (
             "client that closed at its password request",
             &["app/md5_user@", "closing because:"],
         ),
@@ -270,7 +288,7 @@ async fn log_lines_match_pgbouncer() {
     );
     steps(p.pgb.port).await;
     let a = counts(&p.pgb.log());
-    report(&side_by_side(a, b), 29);
+    report(&side_by_side(a, b), 32);
 }
 
 /// Each signal's line in PgBouncer's words, in each state it can find: SIGHUP; SIGUSR1 (pausing

@@ -70,6 +70,11 @@ impl Credentials {
         self.users.load().get(user).cloned()
     }
 
+    /// Whether the auth file lists `user` (no copy of its secret).
+    pub fn contains(&self, user: &str) -> bool {
+        self.users.load().contains_key(user)
+    }
+
     pub fn len(&self) -> usize {
         self.users.load().len()
     }

@@ -229,6 +229,20 @@ async fn run(
     Ok(done)
 }
 
+/// Whether the login of `user` to `database` (a pool database) cannot find the user at all: an
+/// auth_type that needs it, not in the auth file, and no auth_query that could know it. PgBouncer
+/// logs such a client as `(nodb)/(nouser)` ... `no such user: <user>` before its login attempt,
+/// and then as `(nodb)/<user>`; the client's answer is the one for a wrong password all the same.
+pub fn unknown_user(app: &App, cfg: &sluice_config::Config, user: &str, database: &str) -> bool {
+    if cfg.settings.auth_type == AuthType::Any || app.credentials.contains(user) {
+        return false;
+    }
+    match crate::targets::find_database(cfg, database) {
+        Some(db) => AuthScope::of(cfg, &db, database).is_none(),
+        None => true,
+    }
+}
+
 /// What the auth file and auth_query know of a user.
 enum Found {
     /// The user exists; `secret` None = auth_query's row has no usable secret.
