@@ -216,6 +216,22 @@ async fn listings(port: u16, dir: &str) -> Vec<(String, String)> {
         })
         .unwrap_or_default();
     out.push(("SHOW DATABASES console row".into(), console_row));
+    // application_name_add_host: the console client's name carries its address too.
+    let clients = show(&mut con, "CLIENTS").await;
+    let named = clients
+        .rows
+        .iter()
+        .find(|r| r[clients.col("database")].as_deref() == Some("pgbouncer"))
+        .and_then(|r| r[clients.col("application_name")].clone())
+        .unwrap_or_default();
+    let named = match named.rsplit_once(':') {
+        Some((host, _port)) => format!("{host}:<port>"),
+        None => named,
+    };
+    out.push((
+        "console client application_name with add_host".into(),
+        named,
+    ));
     let cfg = show(&mut con, "CONFIG").await;
     // PgBouncer's rows; Sluice's own [sluice] keys follow them.
     for (i, r) in cfg.rows.iter().take(PGBOUNCER_CONFIG_ROWS).enumerate() {
@@ -244,7 +260,8 @@ async fn console_listings_match_pgbouncer() {
     let dbs = "app = host={pg_host} port={pg_port} dbname=app\n\
                zzz = host={pg_host} port={pg_port} dbname=app\n\
                mmm = host={pg_host} port={pg_port} dbname=app";
-    let Some(p) = super::pair_with(BASE, dbs, super::USERS, &[]) else {
+    let base = format!("{BASE}\napplication_name_add_host = 1");
+    let Some(p) = super::pair_with(&base, dbs, super::USERS, &[]) else {
         return;
     };
     let b = listings(p.sl.port, &p.sl.dir.path().display().to_string()).await;
@@ -259,5 +276,5 @@ async fn console_listings_match_pgbouncer() {
         "counts"
     );
     let a = listings(p.pgb.port, &p.pgb.dir.path().display().to_string()).await;
-    report(&side_by_side(a, b), 4 + PGBOUNCER_CONFIG_ROWS);
+    report(&side_by_side(a, b), 5 + PGBOUNCER_CONFIG_ROWS);
 }

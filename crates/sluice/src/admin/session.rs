@@ -165,7 +165,11 @@ pub async fn run(
     let _ = entry
         .identity
         .set((ADMIN_DB.to_string(), info.user.clone()));
-    if let Some(a) = info.params.get("application_name") {
+    if app.config().settings.application_name_add_host {
+        let named =
+            crate::client::login::name_with_host(info.params.get("application_name"), &client.peer);
+        entry.application_name.publish_str(&named);
+    } else if let Some(a) = info.params.get("application_name") {
         entry.application_name.publish_str(a);
     }
     // Linked to no server: `idle` in SHOW CLIENTS, as PgBouncer's console clients are.

@@ -30,6 +30,13 @@ pub enum Joined {
     Replication(Box<replication::Start>),
 }
 
+/// application_name_add_host: the client's application_name (`app` when it sent none) and its
+/// address, as PgBouncer writes them; console clients show it too.
+pub fn name_with_host(name: Option<&str>, peer: &crate::net::PeerAddr) -> String {
+    let base = name.filter(|a| !a.is_empty()).unwrap_or("app");
+    format!("{base} - {peer}")
+}
+
 /// The pool login of a client whose startup packet named a pool database: authenticate, join the
 /// pool, greet. A plain fn returning an `async move` block rather than an `async fn`: an async fn's state keeps
 /// a by-value argument twice (as the argument and as the local), and this state is what a login in
@@ -145,12 +152,8 @@ pub fn login<'a>(
         };
         let mut params = info.params;
         if cfg.settings.application_name_add_host {
-            let base = params
-                .get("application_name")
-                .filter(|a| !a.is_empty())
-                .unwrap_or("app")
-                .to_string();
-            params.set("application_name", &format!("{base} - {}", client.peer));
+            let named = name_with_host(params.get("application_name"), &client.peer);
+            params.set("application_name", &named);
         }
         // Tracked values the servers do not report are replayed as committed SETs.
         let unreported = params.take_unreported(&app.tracked, &welcome.params);
