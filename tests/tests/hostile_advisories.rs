@@ -542,3 +542,37 @@ async fn an_oversized_server_login_message_ends_that_login_only() {
     );
     assert_healthy_and_quiet(&s).await;
 }
+
+/// Something that is not PostgreSQL at a server's address (an HTTP server answering the
+/// SSLRequest with `HTTP/1.1 400`): that login ends with a clear error, which the log names once
+/// as a pooler error (it used to say `pooler error: pooler error: ...`).
+#[tokio::test]
+async fn a_server_answering_the_ssl_request_with_garbage_is_refused() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let _ = read_packet(&mut sock, false).await;
+                let _ = sock.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+            });
+        }
+    });
+    let s = start(
+        "server_tls_sslmode = prefer",
+        &format!("web = host=127.0.0.1 port={port} dbname=web\n"),
+    );
+    let db = refused_login(&s, "web").await;
+    assert!(
+        db.message().contains("server sent 'H' to SSLRequest"),
+        "{}",
+        db.message()
+    );
+    let log = s.log();
+    assert!(
+        log.contains("pooler error: server sent 'H' to SSLRequest"),
+        "{log}"
+    );
+    assert!(!log.contains("pooler error: pooler error"), "{log}");
+    assert_healthy_and_quiet(&s).await;
+}

@@ -216,7 +216,10 @@ async fn end(app: &App, client: &mut ClientConn, reason: EndReason, age: std::ti
     if let Some(n) = &fatal {
         if cfg.settings.log_pooler_errors && !matches!(reason, EndReason::LoginTimeout) {
             // (A message that is already a pooler error is not prefixed twice.)
-            let message = n.message.strip_prefix("pooler error: ").unwrap_or(&n.message);
+            let message = n
+                .message
+                .strip_prefix("pooler error: ")
+                .unwrap_or(&n.message);
             tracing::warn!(
                 "C-{}: {} pooler error: {message}",
                 client.id,
