@@ -341,15 +341,24 @@ async fn server_connect_timeout_and_login_retry_match_pgbouncer() {
         ("after server_login_retry", Duration::from_millis(1500)),
     ] {
         tokio::time::sleep(pause).await;
-        let (ra, rb) = tokio::join!(
-            raw_login(a.pgb.port, "trust_user", "app", wait),
-            raw_login(b.sl.port, "trust_user", "app", wait)
-        );
+        let timed = |port| async move {
+            let t = std::time::Instant::now();
+            let r = raw_login(port, "trust_user", "app", wait).await;
+            (r, t.elapsed())
+        };
+        let ((ra, ta), (rb, tb)) = tokio::join!(timed(a.pgb.port), timed(b.sl.port));
         tokio::time::sleep(Duration::from_millis(300)).await;
+        // The client right after a refusal waits for the next try, server_login_retry after the
+        // first (not one try per client).
+        let waited = |t: Duration| match step {
+            "at once after" if t >= Duration::from_millis(1500) => "; waited for the next try",
+            "at once after" => "; answered at once",
+            _ => "",
+        };
         results.push((
             format!("server refuses logins: {step}"),
-            format!("{}; tries {}", ra.0, fa.accepted()),
-            format!("{}; tries {}", rb.0, fb.accepted()),
+            format!("{}; tries {}{}", ra.0, fa.accepted(), waited(ta)),
+            format!("{}; tries {}{}", rb.0, fb.accepted(), waited(tb)),
         ));
     }
     // Nobody asks: no more tries.

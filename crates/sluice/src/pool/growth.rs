@@ -31,7 +31,7 @@ impl Pool {
             retry_blocked: st
                 .failure
                 .as_ref()
-                .is_some_and(|f| f.gated && f.started.elapsed() < settings.login_retry),
+                .is_some_and(|f| f.started.elapsed() < settings.login_retry),
             retry_wanted: st.retry_wanted,
             frozen: self.is_paused() || self.is_removed(),
         }
@@ -160,7 +160,6 @@ impl Pool {
         }
         let rejected = e.is_login_rejection();
         let notice: Option<ClientNotice> = rejected.then(|| e.client_notice());
-        let welcomed = self.welcome.lock().is_some();
         // Servers RECONNECT (or a changed login) marked to close do not count as working ones,
         // as PgBouncer's dirty pool does not: their waiters would wait for nothing.
         let closing = self.close_needed_count();
@@ -170,7 +169,6 @@ impl Pool {
             st.failure = Some(LoginFailure {
                 started,
                 message: e.close_reason(),
-                gated: welcomed || !rejected,
             });
             self.failing.store(true, Ordering::Relaxed);
             self.servers.current().saturating_sub(closing) <= st.connecting

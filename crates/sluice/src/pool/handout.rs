@@ -299,7 +299,7 @@ impl Pool {
         }
         let message = f.message.clone();
         // Asked for now or not at all (a try in flight answers it), as PgBouncer's launches.
-        if st.connecting == 0 && !(f.gated && f.started.elapsed() < settings.login_retry) {
+        if st.connecting == 0 && f.started.elapsed() >= settings.login_retry {
             st.retry_wanted = true;
         }
         Some(message)

@@ -81,10 +81,11 @@ struct LoginFailure {
     /// PgBouncer's, so that a slow failure such as a connect timeout does not add to it).
     started: Instant,
     /// PgBouncer's words for it ("connect timeout", "server conn crashed?", the server's message).
+    /// The next attempt waits server_login_retry whatever the failure, also in a pool that never
+    /// had a server: its clients wait for that attempt, as PgBouncer's do (compared side by side:
+    /// a pool whose logins PostgreSQL refuses is tried once per server_login_retry, not once per
+    /// client).
     message: String,
-    /// Whether the next attempt waits server_login_retry: not after a server's refusal in a pool
-    /// that never had a server (each new client then tries again, as PgBouncer's do).
-    gated: bool,
 }
 
 /// Pool-wide figures, under `Pool::state` (growth, logins, the console; never per transaction).

@@ -1,12 +1,16 @@
-//! Failed server logins and server_login_retry (PgBouncer 1.25's rules: a new pool's clients each
-//! try again after a server's refusal; a pool that has had a server fails fast with the cached
-//! error and retries on demand), and pools freed by pool_idle_timeout; paused clock, fake
+//! Failed server logins and server_login_retry (PgBouncer 1.25's rules: a new pool's clients wait
+//! for the next try, server_login_retry after a server's refusal; a pool that has had a server
+//! fails fast with the cached error and retries on demand), and pools freed by pool_idle_timeout; paused clock, fake
 //! connector of the parent module.
 
 use super::*;
 
+/// A new pool whose logins the server refuses: the first client gets the server's error; the
+/// next waits for the next try, server_login_retry after the first (the janitor's pass starts
+/// it), and gets that one's error: one try per server_login_retry, not one per client, as
+/// PgBouncer 1.25.2 (compared side by side).
 #[tokio::test(start_paused = true)]
-async fn login_rejection_of_a_new_pool_fails_each_client_with_the_servers_error() {
+async fn login_rejection_of_a_new_pool_is_tried_again_after_server_login_retry() {
     let f = fake(10);
     *f.fail.lock() = Some(ErrorFields {
         severity: "FATAL".into(),
@@ -15,15 +19,38 @@ async fn login_rejection_of_a_new_pool_fails_each_client_with_the_servers_error(
         ..Default::default()
     });
     let pool = pool_with(settings(2, 0), &f, ConnCounter::new());
-    for _ in 0..2 {
-        match pool.checkout().await {
-            Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "28P01"),
-            other => panic!("expected rejection, got {:?}", other.map(|s| s.id)),
-        }
+    match pool.checkout().await {
+        Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "28P01"),
+        other => panic!("expected rejection, got {:?}", other.map(|s| s.id)),
     }
-    assert_eq!(f.tried.load(Ordering::SeqCst), 2, "each client tries again");
+    let p = pool.clone();
+    let next = tokio::spawn(async move { p.checkout().await.map(|s| s.id) });
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    pool.maintain();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        f.tried.load(Ordering::SeqCst),
+        1,
+        "no new try before server_login_retry"
+    );
+    assert!(
+        !next.is_finished(),
+        "the next client waits for the next try"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pool.maintain();
+    match next.await.unwrap() {
+        Err(PoolError::Rejected(n)) => assert_eq!(n.sqlstate, "28P01"),
+        other => panic!("expected rejection, got {other:?}"),
+    }
+    assert_eq!(f.tried.load(Ordering::SeqCst), 2);
     *f.fail.lock() = None;
-    assert!(pool.checkout().await.is_ok());
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let p = pool.clone();
+    let works = tokio::spawn(async move { p.checkout().await.map(|s| s.id) });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    pool.maintain();
+    assert!(works.await.unwrap().is_ok());
 }
 
 #[tokio::test(start_paused = true)]
