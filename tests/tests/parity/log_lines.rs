@@ -5,16 +5,21 @@
 //! client that leaves without a Terminate (`client unexpected eof`) against one that sends it
 //! (`client close request`); and nothing for a client that closes at a password request (psql's
 //! first connection when it must ask for one); `(nodb)` for a client of a database that does
-//! not exist, and its `login failed` line, or of a user nothing knows (`no such user`). Counted per pattern, not in order: the two
+//! not exist, and its `login failed` line, or of a user nothing knows (`no such user`); a server
+//! login PostgreSQL refuses has its `new connection to server` line too. Counted per pattern, not in order: the two
 //! poolers write a client's line and its server's in either order.
 
 use std::time::Duration;
 
 use sluice_e2e::RawConn;
 
-use super::{console, pair_with, report, side_by_side, DB};
+use super::{console, pair_with, report, side_by_side};
 
-const USERS: &str = "\"trust_user\" \"\"\n\"md5_user\" \"md5_pass\"\n\"admin\" \"\"\n";
+const USERS: &str =
+    "\"trust_user\" \"\"\n\"md5_user\" \"md5_pass\"\n\"admin\" \"\"\n\"nosuchrole\" \"\"\n";
+/// `app`, and a database whose forced user PostgreSQL does not have (its server logins fail).
+const DBS: &str = "app = host={pg_host} port={pg_port} dbname=app\n\
+                   norole = host={pg_host} port={pg_port} dbname=app user=nosuchrole";
 const HBA: &str = "host all trust_user 127.0.0.1/32 trust\n\
                    host all admin 127.0.0.1/32 trust\n\
                    host all all 127.0.0.1/32 md5\n";
@@ -106,6 +111,15 @@ async fn steps(port: u16) {
     c.send(&RawConn::startup_packet(&[
         ("user", "trust_user"),
         ("database", "nosuchdb"),
+    ]))
+    .await;
+    ready(&mut c).await;
+
+    // A server login PostgreSQL refuses: the server's `new connection` line comes first.
+    let mut c = RawConn::connect(port).await;
+    c.send(&RawConn::startup_packet(&[
+        ("user", "trust_user"),
+        ("database", "norole"),
     ]))
     .await;
     ready(&mut c).await;
@@ -233,6 +247,17 @@ fn counts(log: &str) -> Vec<(String, String)> {
             ],
         ),
         (
+            "refused server login: new connection",
+            &["norole/nosuchrole@", "new connection to server"],
+        ),
+        (
+            "refused server login: closing",
+            &[
+                "norole/nosuchrole@",
+                "closing because: role \"nosuchrole\" does not exist",
+            ],
+        ),
+        (
             "unknown user: no such user",
             &["(nodb)/(nouser)@", "no such user: ghost"],
         ),
@@ -266,7 +291,7 @@ fn counts(log: &str) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_lines_match_pgbouncer() {
-    let Some(p) = pair_with(BASE, DB, USERS, &[("hba.conf", HBA)]) else {
+    let Some(p) = pair_with(BASE, DBS, USERS, &[("hba.conf", HBA)]) else {
         return;
     };
     steps(p.sl.port).await;
@@ -288,7 +313,7 @@ async fn log_lines_match_pgbouncer() {
     );
     steps(p.pgb.port).await;
     let a = counts(&p.pgb.log());
-    report(&side_by_side(a, b), 32);
+    report(&side_by_side(a, b), 34);
 }
 
 /// Each signal's line in PgBouncer's words, in each state it can find: SIGHUP; SIGUSR1 (pausing
@@ -297,7 +322,7 @@ async fn log_lines_match_pgbouncer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signals_are_logged_as_pgbouncer_logs_them() {
     use nix::sys::signal::Signal::{self, *};
-    let Some(p) = pair_with(BASE, DB, USERS, &[("hba.conf", HBA)]) else {
+    let Some(p) = pair_with(BASE, DBS, USERS, &[("hba.conf", HBA)]) else {
         return;
     };
     let lines: &[(&str, &[&str])] = &[

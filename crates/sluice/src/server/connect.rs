@@ -89,6 +89,9 @@ pub async fn open_addr(
         };
         let mut conn = ServerConn::new(id, stream, addr.clone());
         conn.tls = tls;
+        // Once connected, before the login, as PgBouncer writes it: a login the server then
+        // refuses has its `new connection` line too.
+        opts.log.connected(&conn);
         let mut params: Vec<(&str, &str)> =
             vec![("user", &target.user), ("database", &target.dbname)];
         for (k, v) in &target.startup_params {
@@ -122,7 +125,7 @@ pub async fn open_addr(
         Err(_) => Err(ServerError::ConnectTimeout),
     };
     match &r {
-        Ok(conn) => opts.log.connected(conn),
+        Ok(_) => {}
         Err(e) => {
             match e {
                 ServerError::Login(f) => opts.log.login_refused(id, &addr, &f.severity, &f.message),

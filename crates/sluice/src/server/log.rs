@@ -43,7 +43,7 @@ pub struct ServerLog {
 }
 
 impl ServerLog {
-    /// A server logged in.
+    /// A server connected (before its login, as PgBouncer logs it).
     pub fn connected(&self, conn: &ServerConn) {
         if !self.connections {
             return;
