@@ -3,6 +3,8 @@
 //! that knows both. It also counts the client while it lives, carries its session between
 //! workers, and owns the disconnect logging.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
@@ -264,7 +266,12 @@ async fn run(
         // Boxed: the login state machine (TLS handshake, SASL exchange: ~3 KiB, and the login
         // timer) is freed once the client is in, instead of staying inside every idle client's
         // task for its lifetime (an admin console client's session runs in it).
-        match Box::pin(login_phase(app, client, count, entry)).await {
+        // Polled through `dyn`: its poll (the startup packet, authentication, the console's
+        // whole session) is not inlined into this future's, which stays small enough to be
+        // inlined into the task's own poll at every request of the session after it.
+        let login: Pin<Box<dyn Future<Output = LoginPhase> + Send + '_>> =
+            Box::pin(login_phase(app, client, count, entry));
+        match login.await {
             Ok(s) => s,
             Err(outcome) => return outcome,
         }
@@ -279,6 +286,32 @@ async fn run(
     // argument and as the local), which every idle client would pay for.
     let _seat = WorkerSeat::take(app);
     Box::pin(session::run(app, client, s)).await
+}
+
+/// What the login phase ends with: the pool session to run, or how the client ended.
+type LoginPhase = Result<Box<session::Session>, session::Outcome>;
+
+/// PgBouncer's label for a client of a database or user it cannot find: `(nodb)/<user>`, after
+/// its `no such user` line for the latter. Out of line: the login future that would hold it is
+/// polled at every request of the session (inlined, it made that poll a call of its own).
+#[inline(never)]
+fn label_unknown(
+    app: &App,
+    cfg: &sluice_config::Config,
+    client: &mut ClientConn,
+    info: &startup::StartupInfo,
+) {
+    if crate::auth::exchange::unknown_user(app, cfg, &info.user, &info.database) {
+        tracing::info!(
+            "C-{}: (nodb)/(nouser)@{} no such user: {}",
+            client.id,
+            client.peer,
+            info.user
+        );
+        client.names = Some(crate::conn::ClientNames::new("(nodb)", &info.user));
+    } else if crate::targets::is_unknown_database(cfg, &info.database) {
+        client.names = Some(crate::conn::ClientNames::new("(nodb)", &info.user));
+    }
 }
 
 /// The startup packet, authentication and pool login, stopped by the kill switch: KILL_CLIENT,
@@ -301,19 +334,8 @@ async fn login_phase(
                 if let Some(tls) = client.tls.as_deref() {
                     let _ = entry.tls.set(tls.description.clone());
                 }
-                // PgBouncer's labels for a database or user it cannot find: `(nodb)/<user>`.
                 if info.database != crate::admin::ADMIN_DB {
-                    if crate::auth::exchange::unknown_user(app, &cfg, &info.user, &info.database) {
-                        tracing::info!(
-                            "C-{}: (nodb)/(nouser)@{} no such user: {}",
-                            client.id,
-                            client.peer,
-                            info.user
-                        );
-                        client.names = Some(crate::conn::ClientNames::new("(nodb)", &info.user));
-                    } else if crate::targets::is_unknown_database(&cfg, &info.database) {
-                        client.names = Some(crate::conn::ClientNames::new("(nodb)", &info.user));
-                    }
+                    label_unknown(app, &cfg, client, &info);
                 }
                 // Before authentication, as PgBouncer writes it: every attempt, failed ones and
                 // console logins included, is in the log.

@@ -450,11 +450,15 @@ impl<'a> Relay<'a> {
             return Ok(false);
         }
         // Rewritten bytes and the ready prefix after them go out in one write.
-        let cap = self.write_cap as usize;
-        match self
-            .server_stream
-            .poll_write_pair_capped(cx, inject, ready, cap)
-        {
+        // (The cap's own path out of line: the common case writes as before.)
+        let wrote = if self.write_cap == 0 {
+            self.server_stream.poll_write_pair(cx, inject, ready)
+        } else {
+            let cap = self.write_cap as usize;
+            self.server_stream
+                .poll_write_pair_capped(cx, inject, ready, cap)
+        };
+        match wrote {
             Poll::Ready(Ok(0)) => Err(self.core.server_lost("the server closed the connection")),
             Poll::Ready(Err(e)) => Err(self.core.server_lost(&e.to_string())),
             Poll::Ready(Ok(n)) => {
@@ -471,11 +475,15 @@ impl<'a> Relay<'a> {
             return Ok(false);
         }
         // Synthesized replies and the server's ready prefix after them go out in one write.
-        let cap = self.write_cap as usize;
-        match self
-            .client_stream
-            .poll_write_pair_capped(cx, inject, ready, cap)
-        {
+        // (The cap's own path out of line: the common case writes as before.)
+        let wrote = if self.write_cap == 0 {
+            self.client_stream.poll_write_pair(cx, inject, ready)
+        } else {
+            let cap = self.write_cap as usize;
+            self.client_stream
+                .poll_write_pair_capped(cx, inject, ready, cap)
+        };
+        match wrote {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone {
                 clean: false,
                 eof: true,

@@ -233,11 +233,13 @@ impl Stream {
         self.poll_write_pair(cx, buf, &[])
     }
 
-    /// `poll_write_pair` of at most `cap` bytes (0: no cap) on a TCP connection, plain or TLS;
+    /// `poll_write_pair` of at most `cap` bytes (0: no cap) on a TCP connection, plain or TLS,
+    /// out of line (the relay calls it only when a cap is set);
     /// a Unix socket writes all. tcp_socket_buffer's: a write larger than the socket's send
     /// buffer is taken whole by the kernel (up to a 64 KiB segment on loopback) and then waits
     /// on the peer's delayed ACK, so a COPY through a 4 KiB buffer ran 30 times slower than
     /// with writes of the buffer's size (as PgBouncer's, which are at most its 4 KiB pkt_buf).
+    #[inline(never)]
     pub fn poll_write_pair_capped(
         &mut self,
         cx: &mut Context<'_>,
