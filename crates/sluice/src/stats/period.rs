@@ -1,8 +1,8 @@
-//! Averages over the last stats_period, per database and overall, as SHOW STATS / STATS_AVERAGES /
-//! TOTALS and the stats log line report them: counts and bytes per second, times per event.
+//! Averages per database and overall, as SHOW STATS / STATS_AVERAGES / TOTALS (live, over the
+//! last period and the running one) and the stats log line (the period just closed) report them:
+//! counts and bytes per second, times per event.
 
 use std::collections::BTreeMap;
-
 use std::time::Instant;
 
 use parking_lot::Mutex;
