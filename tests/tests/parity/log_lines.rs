@@ -277,6 +277,11 @@ fn counts(log: &str) -> Vec<(String, String)> {
             &["app/md5_user@", "closing because:"],
         ),
     ];
+    count_lines(log, patterns)
+}
+
+/// Per case, how many lines of `log` hold every part of its pattern.
+fn count_lines(log: &str, patterns: &[(&str, &[&str])]) -> Vec<(String, String)> {
     patterns
         .iter()
         .map(|(case, parts)| {
@@ -350,18 +355,7 @@ async fn signals_are_logged_as_pgbouncer_logs_them() {
         }
         tokio::time::sleep(Duration::from_millis(1000)).await;
     }
-    let count = |log: &str| -> Vec<(String, String)> {
-        lines
-            .iter()
-            .map(|(case, parts)| {
-                let n = log
-                    .lines()
-                    .filter(|l| parts.iter().all(|p| l.contains(p)))
-                    .count();
-                (case.to_string(), n.to_string())
-            })
-            .collect()
-    };
+    let count = |log: &str| count_lines(log, lines);
     signals(|sig| p.sl.signal(sig)).await;
     let b = count(&p.sl.log());
     assert!(b.iter().all(|(_, n)| n == "1"), "{b:?}\n{}", p.sl.log());
