@@ -108,7 +108,7 @@ declare_settings! {
         tcp_keepcnt: u32 = "0", reloadable, supported, "TCP_KEEPCNT; 0 = OS default.";
         tcp_keepidle: u32 = "0", reloadable, supported, "TCP_KEEPIDLE seconds; 0 = OS default.";
         tcp_keepintvl: u32 = "0", reloadable, supported, "TCP_KEEPINTVL seconds; 0 = OS default.";
-        tcp_socket_buffer: u32 = "0", reloadable, supported, "SO_SNDBUF/SO_RCVBUF bytes; 0 = OS default.";
+        tcp_socket_buffer: u32 = "0", reloadable, supported, "SO_SNDBUF/SO_RCVBUF bytes, set before each connection's handshake; a relay write to a TCP socket then carries at most this many bytes (PgBouncer's are at most its 4 KiB pkt_buf); 0 = OS default.";
         tcp_user_timeout: u32 = "0", reloadable, supported, "TCP_USER_TIMEOUT milliseconds; 0 = OS default.";
         track_extra_parameters: Vec<String> = "IntervalStyle,search_path,default_transaction_read_only", fixed, supported, "Comma list of extra GUC_REPORT parameters tracked per client (default as PgBouncer 1.26).";
         transaction_timeout: Seconds = "0", reloadable, supported, "Seconds a transaction may stay open before its server is closed; 0 = no limit.";
