@@ -103,6 +103,24 @@ pub enum RelayEnd {
     },
 }
 
+/// Write `inject` and then `ready` to `stream` in one call, at most `cap` bytes when
+/// tcp_socket_buffer set one (0: none). The capped path is out of line; the common case writes as
+/// a relay always did.
+#[inline(always)]
+fn write_out(
+    stream: &mut Stream,
+    cx: &mut Context<'_>,
+    inject: &[u8],
+    ready: &[u8],
+    cap: u32,
+) -> Poll<std::io::Result<usize>> {
+    if cap == 0 {
+        stream.poll_write_pair(cx, inject, ready)
+    } else {
+        stream.poll_write_pair_capped(cx, inject, ready, cap as usize)
+    }
+}
+
 /// The longest length word the pooler accepts for a client message with `tag`: PostgreSQL's
 /// limit (`frontend_tag::max_len`), except that a Describe or Close may be as long as a Parse
 /// when the pooler rewrites statement names: the name the client chose (as long as it likes, as
@@ -450,15 +468,7 @@ impl<'a> Relay<'a> {
             return Ok(false);
         }
         // Rewritten bytes and the ready prefix after them go out in one write.
-        // (The cap's own path out of line: the common case writes as before.)
-        let wrote = if self.write_cap == 0 {
-            self.server_stream.poll_write_pair(cx, inject, ready)
-        } else {
-            let cap = self.write_cap as usize;
-            self.server_stream
-                .poll_write_pair_capped(cx, inject, ready, cap)
-        };
-        match wrote {
+        match write_out(self.server_stream, cx, inject, ready, self.write_cap) {
             Poll::Ready(Ok(0)) => Err(self.core.server_lost("the server closed the connection")),
             Poll::Ready(Err(e)) => Err(self.core.server_lost(&e.to_string())),
             Poll::Ready(Ok(n)) => {
@@ -475,15 +485,7 @@ impl<'a> Relay<'a> {
             return Ok(false);
         }
         // Synthesized replies and the server's ready prefix after them go out in one write.
-        // (The cap's own path out of line: the common case writes as before.)
-        let wrote = if self.write_cap == 0 {
-            self.client_stream.poll_write_pair(cx, inject, ready)
-        } else {
-            let cap = self.write_cap as usize;
-            self.client_stream
-                .poll_write_pair_capped(cx, inject, ready, cap)
-        };
-        match wrote {
+        match write_out(self.client_stream, cx, inject, ready, self.write_cap) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(RelayEnd::ClientGone {
                 clean: false,
                 eof: true,

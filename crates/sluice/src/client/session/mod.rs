@@ -2,31 +2,30 @@
 //! and relaying until the pool mode says the server goes back (transaction/statement) or the client
 //! leaves (session). Every way out decides whether the server is clean enough to reuse.
 
+mod idle;
 mod lost;
 
-use std::future::{poll_fn, Future};
-use std::pin::Pin;
+use idle::{wait_for_request, Idle};
+
+use std::future::poll_fn;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use super::kill::KillSwitch;
 use bytes::BytesMut;
 use sluice_config::PoolMode;
-use sluice_protocol::{encode_notice, frontend_tag, peek_header, Severity};
+use sluice_protocol::{encode_notice, Severity};
 use tokio::io::AsyncWriteExt;
 
 use super::registry::{ClientEntry, ClientState};
 use crate::app::App;
 use crate::cancel::CancelHandle;
-use crate::conn::{ClientConn, EndReason, CLIENT_READ_CHUNK};
+use crate::conn::{ClientConn, EndReason};
 use crate::error::{invalid_server_parameter, sqlstate, ClientNotice};
-use crate::forward::{
-    request_len_limit, Prepared, Relay, RelayEnd, RelayRules, RelayScratch, SessionParts,
-};
-use crate::lifecycle::{Lifecycle, Phase};
+use crate::forward::{Prepared, Relay, RelayEnd, RelayRules, RelayScratch, SessionParts};
+use crate::lifecycle::Phase;
 use crate::pool::{Pool, PooledServer};
 use crate::pool::{PoolSettings, SettingsSnapshot};
 use crate::prepared::ClientStatements;
@@ -94,18 +93,6 @@ impl Drop for PoolMember {
     fn drop(&mut self) {
         self.pool.client_left();
     }
-}
-
-enum Idle {
-    Request,
-    Killed,
-    Terminate,
-    Closed,
-    Timeout,
-    Shutdown,
-    /// A successor takes the clients (`takeover/`).
-    HandOver,
-    Bad(String),
 }
 
 /// How a session run ends: the client is gone, it is between transactions and should carry on
@@ -743,72 +730,4 @@ fn release_clean(
     settings: &PoolSettings,
 ) {
     pool.release_at(server, true, at.unwrap_or_else(Instant::now), settings);
-}
-
-/// Wait, unlinked, until the client buffer holds the header of a request.
-#[allow(clippy::too_many_arguments)]
-async fn wait_for_request(
-    client: &mut ClientConn,
-    max_packet: usize,
-    // Describe/Close with a statement name are rewritten: PostgreSQL's small limit does not apply.
-    rewrites_names: bool,
-    idle_limit: Option<Duration>,
-    idle_sleep: &mut Option<Pin<Box<Sleep>>>,
-    lifecycle: &Lifecycle,
-    may_hand_over: bool,
-    kill: &KillSwitch,
-    stats: &PoolStats,
-) -> Idle {
-    let mut timer = match idle_limit {
-        Some(d) => {
-            let deadline = Instant::now() + d;
-            match idle_sleep {
-                Some(sleep) => sleep.as_mut().reset(deadline),
-                None => *idle_sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
-            }
-            idle_sleep.as_mut()
-        }
-        None => None,
-    };
-    loop {
-        match peek_header(&client.rbuf, max_packet) {
-            Ok(Some(h)) if h.tag == frontend_tag::TERMINATE => return Idle::Terminate,
-            // Refused before any server is touched (PostgreSQL would answer FATAL and close).
-            Ok(Some(h)) if !frontend_tag::is_defined_after_login(h.tag) => {
-                return Idle::Bad(frontend_tag::undefined_message(h.tag))
-            }
-            Ok(Some(h)) if h.len > request_len_limit(h.tag, rewrites_names) => {
-                return Idle::Bad(frontend_tag::oversized_message(h.tag, h.len))
-            }
-            Ok(Some(_)) => return Idle::Request,
-            Ok(None) => {}
-            Err(e) => return Idle::Bad(format!("bad packet header: {e}")),
-        }
-        let sleep = poll_fn(|cx| match timer.as_mut() {
-            Some(t) => t.as_mut().poll(cx),
-            None => Poll::Pending,
-        });
-        // SUSPEND: with nothing half-read, stop reading (and timing out) until RESUME.
-        let suspended = client.suspend.is_suspended();
-        let park = suspended && client.rbuf.is_empty();
-        tokio::select! {
-            biased;
-            _ = kill.cancelled_armed() => return Idle::Killed,
-            // With nothing buffered, the idle client holds no read buffer (`read_when_ready`).
-            r = client.stream.read_when_ready(&mut client.rbuf, CLIENT_READ_CHUNK), if !park => match r {
-                Ok(0) | Err(_) => return Idle::Closed,
-                Ok(n) => PoolStats::add(&stats.bytes_received, n as u64),
-            },
-            _ = client.suspend.parked_until_resume(client.id), if park => {}
-            _ = client.suspend.closed_on_wake(), if !suspended => {}
-            _ = sleep, if !park => return Idle::Timeout,
-            // No waiter of its own: the main loop nudges every client (its kill switch's waker,
-            // armed when the session started) when the phase changes, and this poll then sees it.
-            idle = poll_fn(|_| match lifecycle.phase() {
-                p if p.drops_idle_clients() => Poll::Ready(Idle::Shutdown),
-                Phase::HandingOver if may_hand_over => Poll::Ready(Idle::HandOver),
-                _ => Poll::Pending,
-            }) => return idle,
-        }
-    }
 }
